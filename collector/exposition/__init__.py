@@ -1,0 +1,1 @@
+"""Prometheus exposition formats: parsing monitor bodies and rendering our own."""

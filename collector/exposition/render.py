@@ -1,0 +1,75 @@
+"""Render series in Prometheus text 0.0.4 and OpenMetrics 1.0.
+
+A series is kept as its *key*: the exposition text of its name and labels
+(``name{a="b",...}``), labels sorted and values escaped, without ``node``. The
+key is both the series identity and most of its output line, so rendering a
+line is two concatenations and a float formatting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value as both formats require: backslash, quote, newline."""
+    if "\\" in value or '"' in value or "\n" in value:
+        value = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def escape_help(text: str, openmetrics: bool) -> str:
+    """Escape HELP text: backslash and newline, and quotes in OpenMetrics."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if openmetrics else text
+
+
+def series_key(name: str, labels: Iterable[tuple[str, str]]) -> bytes:
+    """Return the canonical key of a series: its text with labels sorted by name."""
+    body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(labels))
+    return f"{name}{{{body}}}".encode()
+
+
+def key_name(key: bytes) -> str:
+    """Return the metric name of a series key."""
+    return key[: key.index(b"{")].decode()
+
+
+def node_suffix(node: str) -> tuple[bytes, bytes]:
+    """Return what closes a key with the ``node`` label: after other labels, or alone."""
+    label = f'node="{escape_label_value(node)}"}} '.encode()
+    return b"," + label, label
+
+
+def format_value(value: float) -> bytes:
+    """Format a value the way both formats accept (NaN, +Inf, -Inf spelled out)."""
+    if math.isfinite(value):
+        return repr(value).encode()
+    if math.isnan(value):
+        return b"NaN"
+    return b"+Inf" if value > 0 else b"-Inf"
+
+
+def render_lines(items: Iterable[tuple[bytes, float]], node: str) -> bytes:
+    """Render ``(key, value)`` pairs as sample lines labelled with ``node``."""
+    with_labels, alone = node_suffix(node)
+    out = []
+    for key, value in items:
+        out.append(key[:-1])
+        out.append(alone if key[-2:] == b"{}" else with_labels)
+        out.append(format_value(value))
+        out.append(b"\n")
+    return b"".join(out)
+
+
+def render_header(name: str, kind: str, help_text: str, openmetrics: bool) -> bytes:
+    """Render one family's HELP and TYPE lines."""
+    if openmetrics and kind != "gauge":
+        kind = "unknown"
+    elif not openmetrics and kind not in ("gauge", "counter", "untyped"):
+        kind = "untyped"
+    return f"# HELP {name} {escape_help(help_text, openmetrics)}\n# TYPE {name} {kind}\n".encode()

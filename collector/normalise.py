@@ -1,0 +1,155 @@
+"""Turn one source's exposition bodies into canonical series.
+
+A :class:`Normaliser` belongs to one scrape target and so to one node. It maps
+each *series text* it has seen to what that series becomes in the canonical
+schema, so that in steady state a body costs one cache lookup per line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from collector import schema
+from collector.exposition.parse import Labels, parse, parse_value, split_samples
+from collector.exposition.render import series_key
+
+
+class Derived(NamedTuple):
+    """What a series text becomes when it is not one canonical series of the same value.
+
+    ``outputs`` holds ``(key, fixed value)`` pairs; ``None`` means the sample's
+    own value. ``conflict`` marks a sample whose ``node`` label named another node.
+    """
+
+    outputs: tuple[tuple[bytes, float | None], ...]
+    conflict: bool
+
+
+DROP = Derived((), False)
+"""Cache entry of a series that is dropped on purpose (denied or unmappable), and counted."""
+
+Entry = bytes | Derived
+
+
+@dataclass(frozen=True, slots=True)
+class PassThrough:
+    """Which families outside the schema are passed through (full-match regexes)."""
+
+    allow: Sequence[str] = (".*",)
+    deny: Sequence[str] = ()
+
+    def passes(self, name: str) -> bool:
+        """Return whether an unknown family called ``name`` is kept."""
+        return any(re.fullmatch(p, name) for p in self.allow) and not any(
+            re.fullmatch(p, name) for p in self.deny
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One source's latest reading, normalised; immutable once made.
+
+    ``series`` maps a series key (see :mod:`collector.exposition.render`) to its
+    value; ``families`` holds the type and HELP of the families outside the schema.
+    """
+
+    series: dict[bytes, float]
+    samples: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    dropped: int = 0
+    families: Mapping[str, schema.Family] = field(default_factory=dict)
+
+
+class Normaliser:
+    """Map one node's bodies, from any flavour, onto the canonical schema."""
+
+    def __init__(self, node: str, passthrough: PassThrough | None = None) -> None:
+        self.node = node
+        self._passthrough = passthrough or PassThrough()
+        self._cache: dict[bytes, Entry] = {}
+        self._derived: set[Derived] = set()
+        self._families: Mapping[str, schema.Family] = {}
+
+    def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
+        """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
+        series, values = split_samples(body)
+        found = list(map(self._cache.get, series))
+        try:
+            if None in found or b"_" in b"".join(values):
+                raise ValueError("not in steady state")
+            keys: list[Entry] = found  # type: ignore[assignment]
+            floats = list(map(float, values))
+        except ValueError:
+            keys, floats = self._parse(body, openmetrics)
+        return self._assemble(keys, floats)
+
+    def _parse(self, body: bytes, openmetrics: bool) -> tuple[list[Entry], list[float]]:
+        parsed = parse(body, openmetrics)
+        live = {s.series for s in parsed.samples}
+        if len(self._cache) > 2 * len(live) + 1024:
+            self._cache = {k: v for k, v in self._cache.items() if k in live}
+        keys: list[Entry] = []
+        families = dict(self._families)
+        for sample in parsed.samples:
+            entry = self._cache.get(sample.series)
+            if entry is None:
+                entry = self._entry(sample.series, sample.name, sample.labels)
+                self._cache[sample.series] = entry
+            keys.append(entry)
+            if entry is not DROP and not schema.known(sample.name):
+                families[sample.name] = schema.Family(
+                    sample.name,
+                    parsed.helps.get(sample.name, ""),
+                    parsed.types.get(sample.name, "untyped"),
+                )
+        if families != self._families:
+            self._families = families
+        self._derived = {e for e in self._cache.values() if isinstance(e, Derived)}
+        return keys, [s.value for s in parsed.samples]
+
+    def _assemble(self, keys: list[Entry], values: Iterable[float]) -> Batch:
+        out: dict[Entry, float] = dict(zip(keys, values, strict=True))
+        duplicates = len(keys) - len(out)
+        dropped = conflicts = 0
+        if self._derived:
+            for entry in self._derived.intersection(out):
+                value = out.pop(entry)
+                if entry is DROP:
+                    dropped = keys.count(DROP)
+                    duplicates -= dropped - 1
+                    continue
+                conflicts += entry.conflict
+                for key, fixed in entry.outputs:
+                    duplicates += key in out
+                    out[key] = value if fixed is None else fixed
+        return Batch(out, len(keys), duplicates, conflicts, dropped, self._families)  # type: ignore[arg-type]
+
+    def _entry(self, raw: bytes, name: str, labels: Labels) -> Entry:
+        if name in schema.UNMAPPABLE_LEGACY:
+            return DROP
+        legacy = schema.LEGACY.get(name)
+        if legacy is not None:
+            name, renames = legacy
+            labels = tuple((renames.get(k, k), v) for k, v in labels)
+        rest = dict(labels)
+        conflict = rest.pop("node", self.node) != self.node
+        if name not in schema.FAMILIES and not self._passthrough.passes(name):
+            return DROP
+        breakdown: list[tuple[bytes, float | None]] = []
+        if name == schema.CONTAINER_MEMORY:
+            sizes = {k: rest.pop(k) for k in list(rest) if k in schema.MEMORY_BREAKDOWN}
+            for k in schema.BREAKDOWN_DROPPED:
+                rest.pop(k, None)
+            for label, size in sizes.items():
+                family = schema.MEMORY_BREAKDOWN[label]
+                breakdown.append((series_key(family, rest.items()), parse_value(size.encode())))
+        key = series_key(name, rest.items())
+        if key == raw:
+            key = raw  # share the monitor's own text: most canonical series arrive as they are kept
+        if breakdown or conflict:
+            return Derived(((key, None), *breakdown), conflict)
+        return key

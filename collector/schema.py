@@ -1,0 +1,93 @@
+"""The canonical schema (HAMi v2.10 names and HELP texts) and how older forms map into it.
+
+Facts from shared/reference/monitor-metrics.md. Every output series also
+carries ``node``; that label is added by the store's renderer, not listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One canonical metric family: its name, HELP text and type."""
+
+    name: str
+    help: str
+    kind: str = "gauge"
+
+
+CONTAINER_MEMORY = "hami_container_device_memory_bytes"
+VGPU_MEMORY_USED = "hami_vgpu_memory_used_bytes"
+
+FAMILIES: Mapping[str, Family] = {
+    family.name: family
+    for family in (
+        Family("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes"),
+        Family("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)"),
+        Family(
+            "hami_host_gpu_memory_controller_utilization_ratio",
+            "GPU memory controller utilization ratio (0-100)",
+        ),
+        Family(VGPU_MEMORY_USED, "vGPU device memory usage in bytes"),
+        Family("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes"),
+        Family(CONTAINER_MEMORY, "Container device memory usage in bytes"),
+        Family("hami_container_device_utilization_ratio", "Container device SM utilization ratio"),
+        Family(
+            "hami_container_last_kernel_elapsed_seconds",
+            "Seconds since last kernel execution in container",
+        ),
+        Family("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes"),
+        Family("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"),
+        Family("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"),
+        Family("hami_mig_device_info", "MIG runtime identity for a container allocation"),
+    )
+}
+
+_HOST = {
+    "nodeid": "node",
+    "deviceidx": "device_index",
+    "deviceuuid": "device_uuid",
+    "devicetype": "device_type",
+}
+_CONTAINER = {
+    "podnamespace": "namespace",
+    "podname": "pod",
+    "ctrname": "container",
+    "vdeviceid": "vdevice_index",
+    "deviceuuid": "device_uuid",
+}
+
+LEGACY: Mapping[str, tuple[str, Mapping[str, str]]] = {
+    "HostGPUMemoryUsage": ("hami_host_gpu_memory_used_bytes", _HOST),
+    "HostCoreUtilization": ("hami_host_gpu_utilization_ratio", _HOST),
+    "vGPU_device_memory_usage_in_bytes": (VGPU_MEMORY_USED, _CONTAINER),
+    "vGPU_device_memory_limit_in_bytes": ("hami_vgpu_memory_limit_bytes", _CONTAINER),
+    "Device_memory_desc_of_container": (CONTAINER_MEMORY, _CONTAINER),
+    "Device_utilization_desc_of_container": ("hami_container_device_utilization_ratio", _CONTAINER),
+    "Device_last_kernel_of_container": ("hami_container_last_kernel_elapsed_seconds", _CONTAINER),
+}
+"""Legacy name -> (canonical name, legacy label -> canonical label)."""
+
+UNMAPPABLE_LEGACY = frozenset({"MigInfo"})
+"""Legacy families without the container labels the canonical form needs: dropped, counted."""
+
+MEMORY_BREAKDOWN: Mapping[str, str] = {
+    "context_size": "hami_vgpu_memory_context_bytes",
+    "module_size": "hami_vgpu_memory_module_bytes",
+    "buffer_size": "hami_vgpu_memory_buffer_bytes",
+    "context": "hami_vgpu_memory_context_bytes",
+    "module": "hami_vgpu_memory_module_bytes",
+    "data": "hami_vgpu_memory_buffer_bytes",
+}
+"""Byte sizes that old monitors sent as label values of the container memory series."""
+
+BREAKDOWN_DROPPED = frozenset({"offset"})
+"""Breakdown labels with no canonical series."""
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is a canonical family or a legacy form of one."""
+    return name in FAMILIES or name in LEGACY or name in UNMAPPABLE_LEGACY
