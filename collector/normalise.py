@@ -124,8 +124,11 @@ class Normaliser:
                     continue
                 conflicts += entry.conflict
                 for key, fixed in entry.outputs:
-                    duplicates += key in out
-                    out[key] = value if fixed is None else fixed
+                    if fixed is None:
+                        duplicates += key in out
+                        out[key] = value
+                    else:
+                        out.setdefault(key, fixed)  # a series of its own beats a label's copy
         return Batch(out, len(keys), duplicates, conflicts, dropped, self._families)  # type: ignore[arg-type]
 
     def _entry(self, raw: bytes, name: str, labels: Labels) -> Entry:

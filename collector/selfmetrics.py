@@ -1,0 +1,150 @@
+"""The collector's own metrics, served on /metrics after the cluster's series.
+
+Provenance lives here and not in data labels (a ``source`` data label would fork
+every series when a node's source fails over).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from collector import __version__
+from collector.normalise import Batch
+from collector.sources.targets import FLAVOURS, Target
+from collector.store import Store
+
+_PREFIX = "hami_usage_collector_"
+_SOURCE = ("node", "source", "kind")
+
+
+class SelfMetrics:
+    """Counters and per-source gauges; ``version`` changes whenever one of them does."""
+
+    def __init__(self, store: Store) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # a scrape target of this size has no use for *_created series
+        self.version = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.targets = Gauge(
+            _PREFIX + "targets", "Scrape targets known, by flavour.", ["flavour"], registry=r
+        )
+        self.up = Gauge(
+            _PREFIX + "source_up",
+            "1 if the source's latest scrape or push succeeded.",
+            _SOURCE,
+            registry=r,
+        )
+        self.last_success = Gauge(
+            _PREFIX + "source_last_success_timestamp_seconds",
+            "When the source last delivered a good batch (Unix time).",
+            _SOURCE,
+            registry=r,
+        )
+        self.duration = Gauge(
+            _PREFIX + "source_scrape_duration_seconds",
+            "How long the latest scrape took.",
+            _SOURCE,
+            registry=r,
+        )
+        self.samples = Gauge(
+            _PREFIX + "source_samples",
+            "Samples in the source's latest good batch.",
+            _SOURCE,
+            registry=r,
+        )
+        self.errors = Counter(
+            _PREFIX + "scrape_errors", "Failed scrapes, by reason.", ["kind", "reason"], registry=r
+        )
+        self.conflicts = Counter(
+            _PREFIX + "node_label_conflicts",
+            "Samples whose node label named another node than their source's (corrected).",
+            registry=r,
+        )
+        self.duplicates = Counter(
+            _PREFIX + "duplicate_samples",
+            "Samples repeating a series within one batch (last kept).",
+            registry=r,
+        )
+        self.dropped = Counter(
+            _PREFIX + "dropped_samples", "Samples of denied or unmappable families.", registry=r
+        )
+        info = Gauge(
+            _PREFIX + "build_info",
+            "Build of this collector.",
+            ["version", "python_version"],
+            registry=r,
+        )
+        info.labels(__version__, platform.python_version()).set(1)
+        for flavour in FLAVOURS:
+            self.targets.labels(flavour).set(0)
+        r.register(_StoreCollector(store))
+
+    def scraped(self, target: Target, duration: float, batch: Batch, wall: float) -> None:
+        """Record a good scrape."""
+        labels = (target.node, target.name, target.flavour)
+        self.up.labels(*labels).set(1)
+        self.last_success.labels(*labels).set(wall)
+        self.duration.labels(*labels).set(duration)
+        self.samples.labels(*labels).set(batch.samples)
+        self.conflicts.inc(batch.conflicts)
+        self.duplicates.inc(batch.duplicates)
+        self.dropped.inc(batch.dropped)
+        self.version += 1
+
+    def failed(self, target: Target, duration: float, reason: str) -> None:
+        """Record a failed scrape; ``reason`` is a short fixed word (timeout, http, parse, ...)."""
+        labels = (target.node, target.name, target.flavour)
+        self.up.labels(*labels).set(0)
+        self.duration.labels(*labels).set(duration)
+        self.errors.labels(target.flavour, reason).inc()
+        self.version += 1
+
+    def forget(self, target: Target) -> None:
+        """Drop a removed target's series: ours forget what is gone too."""
+        labels = (target.node, target.name, target.flavour)
+        for gauge in (self.up, self.last_success, self.duration, self.samples):
+            try:
+                gauge.remove(*labels)
+            except KeyError:
+                continue
+        self.version += 1
+
+    def render(self, openmetrics: bool) -> bytes:
+        """Render our own metrics; the OpenMetrics form without its ``# EOF``."""
+        if openmetrics:
+            page: bytes = generate_openmetrics(self.registry)  # type: ignore[no-untyped-call]
+            return page.removesuffix(b"# EOF\n")
+        text: bytes = generate_latest(self.registry)
+        return text
+
+
+class _StoreCollector:
+    """Reads the store at render time: live series and which source feeds each node."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        live = GaugeMetricFamily(_PREFIX + "live_series", "Series served on /metrics, all nodes.")
+        feeding = GaugeMetricFamily(
+            _PREFIX + "node_source_info",
+            "The source whose series win for each node (value 1).",
+            labels=_SOURCE,
+        )
+        total = 0
+        for node in self._store.nodes():
+            view = self._store.view(node)
+            if view is None:
+                continue
+            total += len(view.series)
+            winner = view.sources[0].source
+            feeding.add_metric([node, winner.name, winner.kind], 1)
+        live.add_metric([], total)
+        yield live
+        yield feeding

@@ -1,0 +1,1 @@
+"""Where data comes from: discovery (Kubernetes, files) and the pull of each target."""

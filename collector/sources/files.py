@@ -1,0 +1,97 @@
+"""Static targets from a Prometheus file_sd file, re-read when it changes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from collector.sources.targets import FLAVOURS, Target
+
+log = logging.getLogger(__name__)
+
+
+class _Labels(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    node: str = Field(min_length=1)
+    flavour: str = "hami"
+    metrics_path: str = Field("/metrics", alias="__metrics_path__")
+    scheme: str = Field("http", alias="__scheme__", pattern="^https?$")
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[str]
+    labels: _Labels
+
+
+_GROUPS = TypeAdapter(list[_Group])
+
+
+def load_targets(path: Path) -> list[Target]:
+    """Read and check a file_sd file; raise ``ValueError`` naming what is wrong."""
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        groups = _GROUPS.validate_python(data or [])
+    except (ValueError, yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    targets = []
+    for group in groups:
+        labels = group.labels
+        if labels.flavour not in FLAVOURS:
+            raise ValueError(
+                f"{path}: flavour {labels.flavour!r} is not one of {', '.join(FLAVOURS)}"
+            )
+        for address in group.targets:
+            url = f"{labels.scheme}://{address}{labels.metrics_path}"
+            targets.append(
+                Target(f"file/{labels.node}/{url}", url, labels.node, labels.flavour, address)
+            )
+    return targets
+
+
+class FileDiscovery:
+    """Polls a targets file; a bad version keeps the last good set and says why."""
+
+    def __init__(
+        self, path: Path, sink: Callable[[list[Target]], Awaitable[None]], poll: float = 2.0
+    ) -> None:
+        self.path = path
+        self.synced = False
+        self._sink = sink
+        self._poll = poll
+
+    async def run(self) -> None:
+        """Re-read the file whenever its size or modification time changes."""
+        seen: tuple[int, int] | None = None
+        while True:
+            try:
+                stat = self.path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_size)
+            except OSError as exc:
+                stamp = (-1, -1)
+                if seen != stamp:
+                    log.error(
+                        "cannot read targets file %s: %s; keeping the last good targets",
+                        self.path,
+                        exc,
+                    )
+            if stamp != seen and stamp != (-1, -1):
+                try:
+                    targets = await asyncio.to_thread(load_targets, self.path)
+                except (OSError, ValueError) as exc:
+                    log.error("bad targets file, keeping the last good targets: %s", exc)
+                else:
+                    log.info("targets file %s: %d targets", self.path, len(targets))
+                    await self._sink(targets)
+            seen = stamp
+            self.synced = True
+            await asyncio.sleep(self._poll)

@@ -1,0 +1,216 @@
+"""Pull every target on its own loop and hand good batches to the store.
+
+Failure policy: a scrape that fails (connect, timeout, HTTP status, size, parse)
+changes nothing in the store; the target's previous good batch stays until it is
+``stale_after`` old, then the store forgets it. A target that discovery drops is
+forgotten at once, after its loop has stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+from collector.exposition.parse import OPENMETRICS_TYPE
+from collector.normalise import Normaliser, PassThrough
+from collector.selfmetrics import SelfMetrics
+from collector.sources.targets import Target
+from collector.store import Source, Store
+
+log = logging.getLogger(__name__)
+
+ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+class ScrapeError(Exception):
+    """A failed scrape; ``reason`` is one fixed word for metrics."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeConfig:
+    """How every target is pulled."""
+
+    interval: float
+    timeout: float
+    body_limit: int
+    priorities: Mapping[str, int]
+    passthrough: PassThrough
+
+
+async def fetch(
+    session: aiohttp.ClientSession, url: str, time_limit: float, limit: int
+) -> tuple[bytes, bool]:
+    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics."""
+    try:
+        async with session.get(
+            url,
+            headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"},
+            timeout=aiohttp.ClientTimeout(total=time_limit),
+        ) as resp:
+            if resp.status != 200:
+                raise ScrapeError("http", f"HTTP {resp.status} {resp.reason}")
+            if resp.content_length is not None and resp.content_length > limit:
+                raise ScrapeError("too_large", f"body of {resp.content_length} bytes > {limit}")
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > limit:
+                    raise ScrapeError("too_large", f"body larger than {limit} bytes")
+            return bytes(body), resp.content_type == OPENMETRICS_TYPE
+    except TimeoutError:
+        raise ScrapeError("timeout", f"no complete answer within {time_limit:g}s") from None
+    except aiohttp.ClientError as exc:
+        raise ScrapeError("connect", f"{type(exc).__name__}: {exc}") from None
+
+
+class ScrapeLoop:
+    """Scrapes one target every interval, from a start offset hashed from its key."""
+
+    def __init__(
+        self,
+        target: Target,
+        session: aiohttp.ClientSession,
+        store: Store,
+        metrics: SelfMetrics,
+        config: ScrapeConfig,
+    ) -> None:
+        self.target = target
+        self.tried = False
+        self._session = session
+        self._store = store
+        self._metrics = metrics
+        self._config = config
+        self._source = Source(
+            target.key, target.name, target.node, target.flavour, config.priorities[target.flavour]
+        )
+        self._normaliser = Normaliser(target.node, config.passthrough)
+        self._failing = False
+
+    async def run(self) -> None:
+        """Scrape forever; every error is recorded, none ends the loop."""
+        interval = self._config.interval
+        offset = zlib.crc32(self.target.key.encode()) % 1000 / 1000 * interval
+        next_at = time.monotonic() + offset
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await self.scrape_once()
+            next_at += interval
+            now = time.monotonic()
+            if next_at < now:
+                next_at += (now - next_at) // interval * interval + interval
+
+    async def scrape_once(self) -> None:
+        """Scrape now and record the outcome."""
+        started = time.monotonic()
+        try:
+            body, openmetrics = await fetch(
+                self._session, self.target.url, self._config.timeout, self._config.body_limit
+            )
+            try:
+                batch = self._normaliser.normalise(body, openmetrics)
+            except ValueError as exc:
+                raise ScrapeError("parse", str(exc)) from None
+        except ScrapeError as exc:
+            self._fail(exc.reason, str(exc), started)
+        except Exception:
+            log.exception("scrape of %s failed unexpectedly", self.target.name)
+            self._fail("internal", "internal error", started)
+        else:
+            self._store.put(self._source, batch, time.monotonic())
+            self._metrics.scraped(self.target, time.monotonic() - started, batch, time.time())
+            if self._failing:
+                log.info("target %s (node %s) recovered", self.target.name, self.target.node)
+            self._failing = False
+        finally:
+            self.tried = True
+
+    def _fail(self, reason: str, message: str, started: float) -> None:
+        self._metrics.failed(self.target, time.monotonic() - started, reason)
+        if not self._failing:
+            log.warning(
+                "scrape of %s (node %s, %s) failed: %s",
+                self.target.name,
+                self.target.node,
+                self.target.url,
+                message,
+            )
+        self._failing = True
+
+
+class ScrapeManager:
+    """Owns one :class:`ScrapeLoop` task per target, reconciled on each discovery update."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        store: Store,
+        metrics: SelfMetrics,
+        config: ScrapeConfig,
+    ) -> None:
+        self._session = session
+        self._store = store
+        self._metrics = metrics
+        self._config = config
+        self._by_provider: dict[str, frozenset[Target]] = {}
+        self._loops: dict[Target, tuple[ScrapeLoop, asyncio.Task[None]]] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def targets(self) -> list[Target]:
+        """The targets being scraped now."""
+        return list(self._loops)
+
+    def tried_all(self) -> bool:
+        """Whether every known target has been scraped at least once."""
+        return all(loop.tried for loop, _ in self._loops.values())
+
+    async def sync(self, provider: str, targets: Iterable[Target]) -> None:
+        """Make ``provider``'s targets exactly ``targets``: stop removed loops, start new ones."""
+        async with self._lock:
+            self._by_provider[provider] = frozenset(targets)
+            wanted = frozenset().union(*self._by_provider.values())
+            gone = [t for t in self._loops if t not in wanted]
+            await self._stop(gone)
+            added = [t for t in wanted if t not in self._loops]
+            for target in added:
+                loop = ScrapeLoop(target, self._session, self._store, self._metrics, self._config)
+                task = asyncio.create_task(loop.run(), name=f"scrape {target.name}")
+                self._loops[target] = (loop, task)
+            if gone or added:
+                log.info(
+                    "targets: %d added, %d removed, %d now", len(added), len(gone), len(self._loops)
+                )
+                self._count()
+
+    async def close(self) -> None:
+        """Stop every loop and wait for them."""
+        async with self._lock:
+            await self._stop(list(self._loops))
+
+    async def _stop(self, targets: list[Target]) -> None:
+        tasks = [self._loops[t][1] for t in targets]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for target in targets:
+            del self._loops[target]
+            self._store.remove(target.key)
+            self._metrics.forget(target)
+
+    def _count(self) -> None:
+        counts = dict.fromkeys(self._config.priorities, 0)
+        for target in self._loops:
+            counts[target.flavour] = counts.get(target.flavour, 0) + 1
+        for flavour, count in counts.items():
+            if flavour != "agent":
+                self._metrics.targets.labels(flavour).set(count)

@@ -1,0 +1,22 @@
+"""The scrape target, the one thing discovery hands to the scrape stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FLAVOURS = ("hami", "volcano", "kai")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An immutable scrape target. Discovery makes them; the scrape manager owns their loops.
+
+    ``key`` identifies the target's data in the store (a pod UID, or the address of
+    a static target): two targets that differ in anything are two targets.
+    """
+
+    key: str
+    url: str
+    node: str
+    flavour: str
+    name: str

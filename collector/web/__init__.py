@@ -1,0 +1,1 @@
+"""HTTP outputs: they only read the store."""

@@ -1,0 +1,115 @@
+"""GET /metrics: the whole cluster as one scrape target.
+
+Nothing is collected during a request. Each node's lines are rendered once per
+change of that node and kept per family; a page is the families in name order,
+each holding its nodes in name order. A page (and its gzip) is built at most
+once per change of the store or of our own metrics, and concurrent scrapes
+share that one build. Joining and compressing run in a worker thread; the
+parts they read are immutable ``bytes`` taken on the event loop, so a page
+never mixes two store generations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import itertools
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from collector import schema
+from collector.exposition.render import (
+    OPENMETRICS_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    render_header,
+    render_lines,
+)
+from collector.selfmetrics import SelfMetrics
+from collector.store import NodeView, Store
+
+_Chunks = Mapping[str, bytes]
+
+
+def _name_of(item: tuple[bytes, float]) -> bytes:
+    key = item[0]
+    return key[: key.index(b"{")]
+
+
+def render_node(view: NodeView) -> _Chunks:
+    """Render one node's series as sample lines, grouped by family name."""
+    items = sorted(view.series.items())
+    return {
+        name.decode(): render_lines(group, view.node)
+        for name, group in itertools.groupby(items, key=_name_of)
+    }
+
+
+class MetricsPage:
+    """Builds and caches the /metrics page in both formats, plain and gzipped."""
+
+    def __init__(self, store: Store, metrics: SelfMetrics) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._nodes: dict[str, tuple[int, _Chunks]] = {}
+        self._pages: dict[tuple[bool, bool], tuple[tuple[int, int], asyncio.Future[bytes]]] = {}
+
+    async def body(self, openmetrics: bool, compressed: bool) -> bytes:
+        """Return the current page; build it if the store or our metrics changed."""
+        version = (self._store.generation, self._metrics.version)
+        cached = self._pages.get((openmetrics, compressed))
+        if cached is not None and cached[0] == version:
+            return await asyncio.shield(cached[1])
+        parts = self._parts(openmetrics)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, _finish, parts, compressed)
+        self._pages[(openmetrics, compressed)] = (version, future)
+        return await asyncio.shield(future)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Serve /metrics, OpenMetrics if the scraper asks for it, gzip if it accepts it."""
+        openmetrics = "application/openmetrics-text" in request.headers.get("Accept", "")
+        compressed = "gzip" in request.headers.get("Accept-Encoding", "")
+        body = await self.body(openmetrics, compressed)
+        headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=body, headers=headers)
+
+    def _parts(self, openmetrics: bool) -> list[bytes]:
+        """Take the page's parts on the event loop: one consistent generation."""
+        chunks: list[_Chunks] = []
+        families: dict[str, schema.Family] = {}
+        live = set()
+        for node in self._store.nodes():
+            view = self._store.view(node)
+            if view is None:
+                continue
+            live.add(node)
+            cached = self._nodes.get(node)
+            if cached is None or cached[0] != view.generation:
+                cached = (view.generation, render_node(view))
+                self._nodes[node] = cached
+            chunks.append(cached[1])
+            for name, family in view.families.items():
+                families.setdefault(name, family)
+        for node in self._nodes.keys() - live:
+            del self._nodes[node]
+        parts: list[bytes] = []
+        for name in sorted(set().union(*chunks)):
+            family = (
+                schema.FAMILIES.get(name)
+                or families.get(name)
+                or schema.Family(name, "", "untyped")
+            )
+            parts.append(render_header(name, family.kind, family.help, openmetrics))
+            parts.extend(c[name] for c in chunks if name in c)
+        parts.append(self._metrics.render(openmetrics))
+        if openmetrics:
+            parts.append(b"# EOF\n")
+        return parts
+
+
+def _finish(parts: list[bytes], compressed: bool) -> bytes:
+    body = b"".join(parts)
+    return gzip.compress(body, compresslevel=1, mtime=0) if compressed else body

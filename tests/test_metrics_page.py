@@ -1,0 +1,132 @@
+"""GET /metrics: one valid exposition, each series once, families contiguous, cached builds."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+
+import aiohttp
+from helpers import running_collector
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.exposition.parse import parse
+from collector.normalise import Normaliser
+from collector.selfmetrics import SelfMetrics
+from collector.store import Source, Store
+from collector.web.metrics import MetricsPage
+
+WEIRD = 'q"uote \\ back\nnew {br,ace}=ü中'
+
+
+def filled_store() -> Store:
+    store = Store(stale_after=60)
+    bodies = {
+        "n2": b'hami_vgpu_memory_used_bytes{container="c",pod="p"} 5\nhami_build_info{version="1"} 1\n',
+        "n1": b'HostCoreUtilization{deviceidx="0",deviceuuid="G"} 50\nhami_vgpu_memory_used_bytes{container="c",pod="p"} 7\n',
+        WEIRD: b'hami_vgpu_memory_used_bytes{container="c",pod="'
+        + WEIRD.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").encode()
+        + b'"} NaN\n',
+    }
+    for node, body in bodies.items():
+        store.put(Source(node, node, node, "hami", 1), Normaliser(node).normalise(body), at=0)
+    return store
+
+
+def test_page_is_valid_and_labels_every_series_with_its_node() -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+    body = asyncio.run(page.body(openmetrics=False, compressed=False))
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    used = families["hami_vgpu_memory_used_bytes"]
+    assert used.type == "gauge"
+    assert used.documentation == "vGPU device memory usage in bytes"
+    by_node = {s.labels["node"]: s for s in used.samples}
+    assert set(by_node) == {"n1", "n2", WEIRD}
+    assert by_node[WEIRD].labels["pod"] == WEIRD, "label values round-trip, never injected"
+    assert by_node["n1"].value == 7
+    host = families["hami_host_gpu_utilization_ratio"].samples
+    assert [(s.labels, s.value) for s in host] == [
+        ({"device_index": "0", "device_uuid": "G", "node": "n1"}, 50)
+    ]
+    assert families["hami_build_info"].samples[0].labels == {"version": "1", "node": "n2"}
+    data_series = [
+        s
+        for f in families.values()
+        if not f.name.startswith("hami_usage_collector")
+        for s in f.samples
+    ]
+    assert all("node" in s.labels for s in data_series)
+
+
+def test_families_are_contiguous_sorted_and_each_series_appears_once() -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+    body = asyncio.run(page.body(openmetrics=False, compressed=False))
+    parsed = parse(body)
+    assert len({s.series for s in parsed.samples}) == len(parsed.samples)
+    helps = [line for line in body.split(b"\n") if line.startswith(b"# HELP")]
+    assert len(helps) == len(set(helps))
+    order = [s.name for s in parsed.samples if not s.name.startswith("hami_usage")]
+    assert order == sorted(order)
+
+
+def test_openmetrics_and_gzip_forms_hold_the_same_samples() -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+
+    async def forms() -> tuple[bytes, bytes, bytes]:
+        return (
+            await page.body(openmetrics=False, compressed=False),
+            await page.body(openmetrics=True, compressed=False),
+            await page.body(openmetrics=False, compressed=True),
+        )
+
+    text, om, zipped = asyncio.run(forms())
+    assert om.endswith(b"# EOF\n")
+    assert gzip.decompress(zipped) == text
+    data = [s for s in parse(text).samples if s.name.startswith("hami_vgpu")]
+    om_data = [s for s in parse(om, openmetrics=True).samples if s.name.startswith("hami_vgpu")]
+    assert [(s.name, s.labels) for s in data] == [(s.name, s.labels) for s in om_data]
+
+
+def test_builds_are_shared_until_something_changes() -> None:
+    store = filled_store()
+    metrics = SelfMetrics(store)
+    page = MetricsPage(store, metrics)
+
+    async def run() -> None:
+        first, second = await asyncio.gather(page.body(False, True), page.body(False, True))
+        assert first is second, "concurrent scrapes share one compressed body"
+        assert await page.body(False, True) is first
+        store.put(Source("n1", "n1", "n1", "hami", 1), Normaliser("n1").normalise(b"m 1\n"), at=1)
+        changed = await page.body(False, True)
+        assert changed is not first
+        assert b'm{node="n1"} 1.0' in gzip.decompress(changed)
+
+    asyncio.run(run())
+
+
+async def test_http_negotiation() -> None:
+    async with (
+        running_collector(kubernetes=False) as (base, _),
+        aiohttp.ClientSession(auto_decompress=False) as http,
+    ):
+        async with http.get(f"{base}/metrics", headers={"Accept-Encoding": "identity"}) as resp:
+            assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+            assert "Content-Encoding" not in resp.headers
+            assert b"hami_usage_collector_build_info" in await resp.read()
+        headers = {
+            "Accept": "application/openmetrics-text; version=1.0.0",
+            "Accept-Encoding": "gzip",
+        }
+        async with http.get(f"{base}/metrics", headers=headers) as resp:
+            assert (
+                resp.headers["Content-Type"]
+                == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            )
+            assert resp.headers["Content-Encoding"] == "gzip"
+            assert gzip.decompress(await resp.read()).endswith(b"# EOF\n")
+        async with http.get(f"{base}/healthz") as resp:
+            assert resp.status == 200
+        async with http.get(f"{base}/readyz") as resp:
+            assert resp.status == 200, "nothing to discover and nothing to scrape: ready"

@@ -1,0 +1,140 @@
+"""Normalisation: every flavour lands in the canonical schema, values and units unchanged."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from collector import schema
+from collector.demo.simulator import FLAVOURS, build_cluster
+from collector.exposition.parse import ParseError, parse_series
+from collector.normalise import Batch, Normaliser, PassThrough
+
+
+def canonical(batch: Batch, node: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The batch as the simulator's oracle writes series: node label included."""
+    out = {}
+    for key, value in batch.series.items():
+        name, labels = parse_series(key)
+        assert "node" not in dict(labels), "node is added on output, never kept in a key"
+        out[(name, frozenset((*labels, ("node", node))))] = value
+    return out
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_each_flavour_matches_the_oracle(flavour: str) -> None:
+    now = time.time()
+    (node,) = build_cluster(1, seed=7, flavours=(flavour,), start_time=now)
+    normaliser = Normaliser(node.name)
+    strict = normaliser.normalise(node.exposition(now))
+    fast = normaliser.normalise(node.exposition(now))
+    assert strict == fast, "the cached fast path must give what the strict path gave"
+    got = canonical(fast, node.name)
+    assert got == node.expected_canonical(now)
+    assert (fast.duplicates, fast.conflicts, fast.dropped) == (0, 0, 0)
+    names = {name for name, _ in got}
+    assert not names & set(schema.LEGACY), "no legacy name may reach the output"
+
+
+def test_values_follow_the_body_in_steady_state() -> None:
+    (node,) = build_cluster(1, seed=3, flavours=("volcano",))
+    normaliser = Normaliser(node.name)
+    for step in range(5):
+        now = 1_900_000_000.0 + 17 * step
+        node.step(now)
+        got = canonical(normaliser.normalise(node.exposition(now)), node.name)
+        assert got == node.expected_canonical(now)
+
+
+def test_hami_host_series_lose_their_own_node_label() -> None:
+    body = (
+        b'hami_host_gpu_utilization_ratio{device_index="0",device_type="NVIDIA-NVIDIA H200",'
+        b'device_uuid="GPU-1",node="node-a",zone="vGPU"} 7\n'
+    )
+    batch = Normaliser("node-a").normalise(body)
+    assert list(batch.series) == [
+        b'hami_host_gpu_utilization_ratio{device_index="0",device_type="NVIDIA-NVIDIA H200",device_uuid="GPU-1",zone="vGPU"}'
+    ]
+    assert batch.conflicts == 0
+
+
+def test_a_foreign_node_label_is_corrected_and_counted_every_scrape() -> None:
+    body = b'HostCoreUtilization{deviceidx="0",deviceuuid="GPU-1",nodeid="elsewhere"} 5\nother 1\n'
+    normaliser = Normaliser("here")
+    for _ in range(2):
+        batch = normaliser.normalise(body)
+        assert batch.conflicts == 1
+        assert (
+            batch.series[b'hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-1"}']
+            == 5
+        )
+
+
+def test_breakdown_labels_become_series_and_offset_goes() -> None:
+    body = (
+        b'hami_container_device_memory_bytes{buffer_size="3",container="c",context_size="1",'
+        b'device_uuid="G",module_size="2",namespace="n",offset="9",pod="p",vdevice_index="0",zone="vGPU"} 6\n'
+    )
+    batch = Normaliser("x").normalise(body)
+    rest = b'{container="c",device_uuid="G",namespace="n",pod="p",vdevice_index="0",zone="vGPU"}'
+    assert batch.series == {
+        b"hami_container_device_memory_bytes" + rest: 6.0,
+        b"hami_vgpu_memory_context_bytes" + rest: 1.0,
+        b"hami_vgpu_memory_module_bytes" + rest: 2.0,
+        b"hami_vgpu_memory_buffer_bytes" + rest: 3.0,
+    }
+
+
+def test_a_series_of_its_own_beats_a_breakdown_label() -> None:
+    rest = b'{container="c",device_uuid="G",namespace="n",pod="p",vdevice_index="0"}'
+    body = (
+        b'hami_container_device_memory_bytes{container="c",context_size="1",device_uuid="G",'
+        b'namespace="n",pod="p",vdevice_index="0"} 6\n'
+        b"hami_vgpu_memory_context_bytes" + rest + b" 5\n"
+    )
+    batch = Normaliser("x").normalise(body)
+    assert batch.series[b"hami_vgpu_memory_context_bytes" + rest] == 5
+    assert batch.duplicates == 0
+
+
+def test_duplicates_last_wins_and_are_counted() -> None:
+    normaliser = Normaliser("x")
+    for _ in range(2):
+        batch = normaliser.normalise(b'a{l="1"} 1\nb 2\na{l="1"} 3\n')
+        assert batch.series == {b'a{l="1"}': 3.0, b"b{}": 2.0}
+        assert batch.duplicates == 1
+
+
+def test_unknown_families_pass_through_with_their_metadata() -> None:
+    body = b'# HELP hami_build_info Build.\n# TYPE hami_build_info gauge\nhami_build_info{version="v2.10.0"} 1\n'
+    batch = Normaliser("x").normalise(body)
+    assert batch.series == {b'hami_build_info{version="v2.10.0"}': 1.0}
+    assert batch.families["hami_build_info"] == schema.Family("hami_build_info", "Build.", "gauge")
+
+
+def test_denied_and_unmappable_families_are_dropped_and_counted() -> None:
+    normaliser = Normaliser("x", PassThrough(allow=(".*",), deny=("go_.*",)))
+    body = b'go_goroutines 5\ngo_threads 3\nMigInfo{deviceuuid="G",instanceid="1"} 1\nkeep 1\n'
+    for _ in range(2):
+        batch = normaliser.normalise(body)
+        assert batch.series == {b"keep{}": 1.0}
+        assert (batch.dropped, batch.duplicates) == (3, 0)
+
+
+def test_a_bad_body_raises_and_the_normaliser_still_works() -> None:
+    normaliser = Normaliser("x")
+    good = normaliser.normalise(b"a 1\n")
+    with pytest.raises(ParseError, match="line 2"):
+        normaliser.normalise(b"a 1\na{ 2\n")
+    with pytest.raises(ValueError, match="invalid value"):
+        normaliser.normalise(b'hami_container_device_memory_bytes{context_size="lots"} 1\n')
+    assert normaliser.normalise(b"a 1\n") == good
+
+
+def test_the_series_cache_stays_bounded_as_series_churn() -> None:
+    normaliser = Normaliser("x")
+    for round_ in range(30):
+        body = b"".join(b'm{pod="p%d"} 1\n' % (round_ * 100 + i) for i in range(100))
+        assert len(normaliser.normalise(body).series) == 100
+    assert len(normaliser._cache) <= 2 * 100 + 1024
