@@ -129,7 +129,7 @@ class CollectorSettings(BaseSettings):
         30.0, gt=0, description="Seconds a Kubernetes list may take."
     )
     kube_watch_timeout: int = Field(
-        300,
+        60,
         gt=0,
         description="Seconds a watch lasts before it is renewed; a silent one is cut 15 s later.",
     )
@@ -174,6 +174,9 @@ def describe_error(error: ValidationError, prefix: str) -> str:
     lines = []
     for item in error.errors():
         name = ".".join(str(p) for p in item["loc"]) or "settings"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"unknown setting {name!r}")
+            continue
         where = f"--{name.replace('_', '-')} / {prefix}{name.upper()}" if item["loc"] else name
         got = f" (got {item['input']!r})" if item["loc"] and "input" in item else ""
         lines.append(f"invalid setting {where}: {item['msg']}{got}")

@@ -176,7 +176,7 @@ class KubernetesDiscovery:
         namespaces: list[str],
         sink: Callable[[list[Target]], Awaitable[None]],
         request_timeout: float = 30.0,
-        watch_timeout: int = 300,
+        watch_timeout: int = 60,
         backoff: tuple[float, float] = (0.5, 30.0),
     ) -> None:
         self._sink = sink

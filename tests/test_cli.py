@@ -1,0 +1,121 @@
+"""The command line: flags, env vars and a file fill one model; bad values exit 2 naming the setting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import free_port
+
+from collector.cli import load_settings, main, parser
+from collector.settings import CollectorSettings
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", *args], capture_output=True, text=True, timeout=30, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--interval", "soon"], "--interval / HAMI_COLLECTOR_INTERVAL"),
+        (["--interval", "5", "--timeout", "10"], "timeout (10s) must not exceed interval (5s)"),
+        (["--listen", "nowhere"], "expected HOST:PORT"),
+        (["--flavours", "hami,nvidia"], "unknown flavours ['nvidia']"),
+        (["--log-format", "xml"], "--log-format / HAMI_COLLECTOR_LOG_FORMAT"),
+        (["--body-limit", "-1"], "--body-limit"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_setting(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--no-kubernetes", *args])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_messages_name_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--interval", "soon"])
+    err = capsys.readouterr().err
+    assert "invalid setting --interval / HAMI_COLLECTOR_INTERVAL" in err
+    assert "'soon'" in err
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "collector.yaml"
+    config.write_text("interval: 30\ntimeout: 5\nnamespaces: [kube-system]\nkube-watch-timeout: 60\n")
+    monkeypatch.setenv("HAMI_COLLECTOR_INTERVAL", "20")
+    monkeypatch.setenv("HAMI_COLLECTOR_FLAVOURS", "hami,kai")
+    args = vars(parser().parse_args(["serve", "--timeout", "7"]))
+    args.pop("command")
+    args.pop("config")
+    settings = load_settings(args, config)
+    assert settings.interval == 20, "env beats the file"
+    assert settings.timeout == 7, "flags beat env and file"
+    assert settings.namespaces == ["kube-system"]
+    assert settings.kube_watch_timeout == 60
+    assert settings.flavours == ["hami", "kai"]
+    assert settings.stale_seconds == 60
+
+
+def test_a_broken_settings_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "collector.yaml"
+    config.write_text("interval: [\n")
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--config", str(config)])
+    assert info.value.code == 2
+    assert "invalid settings file" in capsys.readouterr().err
+    config.write_text("no_such_setting: 1\n")
+    with pytest.raises(SystemExit):
+        main(["serve", "--config", str(config)])
+    assert "unknown setting 'no_such_setting'" in capsys.readouterr().err
+
+
+def test_python_dash_m_is_the_same_program() -> None:
+    result = run("serve", "--help")
+    assert result.returncode == 0
+    for flag in ("--listen", "--targets-file", "--kubernetes", "--no-kubernetes", "--interval", "--log-format"):
+        assert flag in result.stdout
+    bad = run("demo", "--nodes", "0")
+    assert bad.returncode == 2
+    assert "--nodes" in bad.stderr
+
+
+def test_serve_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--no-kubernetes", f"--listen=127.0.0.1:{port}", "--log-format=json"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                    assert resp.status == 200
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+
+
+def test_the_readme_documents_every_setting() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert readme.lstrip().startswith("# hami-usage-collector\n\n```sh\nmake run")
+    for name in CollectorSettings.model_fields:
+        assert f"`--{name.replace('_', '-')}`" in readme, name
+        assert f"`HAMI_COLLECTOR_{name.upper()}`" in readme, name
