@@ -17,7 +17,11 @@ from collector.settings import CollectorSettings
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "collector", *args], capture_output=True, text=True, timeout=30, env=env
+        [sys.executable, "-m", "collector", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
     )
 
 
@@ -49,9 +53,13 @@ def test_messages_name_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'soon'" in err
 
 
-def test_precedence_flags_over_env_over_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_flags_over_env_over_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "collector.yaml"
-    config.write_text("interval: 30\ntimeout: 5\nnamespaces: [kube-system]\nkube-watch-timeout: 60\n")
+    config.write_text(
+        "interval: 30\ntimeout: 5\nnamespaces: [kube-system]\nkube-watch-timeout: 60\n"
+    )
     monkeypatch.setenv("HAMI_COLLECTOR_INTERVAL", "20")
     monkeypatch.setenv("HAMI_COLLECTOR_FLAVOURS", "hami,kai")
     args = vars(parser().parse_args(["serve", "--timeout", "7"]))
@@ -82,7 +90,14 @@ def test_a_broken_settings_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFi
 def test_python_dash_m_is_the_same_program() -> None:
     result = run("serve", "--help")
     assert result.returncode == 0
-    for flag in ("--listen", "--targets-file", "--kubernetes", "--no-kubernetes", "--interval", "--log-format"):
+    for flag in (
+        "--listen",
+        "--targets-file",
+        "--kubernetes",
+        "--no-kubernetes",
+        "--interval",
+        "--log-format",
+    ):
         assert flag in result.stdout
     bad = run("demo", "--nodes", "0")
     assert bad.returncode == 2
@@ -92,7 +107,15 @@ def test_python_dash_m_is_the_same_program() -> None:
 def test_serve_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector", "serve", "--no-kubernetes", f"--listen=127.0.0.1:{port}", "--log-format=json"],
+        [
+            sys.executable,
+            "-m",
+            "collector",
+            "serve",
+            "--no-kubernetes",
+            f"--listen=127.0.0.1:{port}",
+            "--log-format=json",
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
+from asyncio.subprocess import DEVNULL, PIPE, STDOUT
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,7 +35,9 @@ async def collector_url(tmp_path: Path) -> AsyncIterator[tuple[str, MonitorFarm]
     async with MonitorFarm(nodes) as farm:
         targets = tmp_path / "targets.json"
         write_targets(targets, farm)
-        async with running_collector(kubernetes=False, targets_file=targets, interval=0.5, timeout=0.4) as (base, _):
+        async with running_collector(
+            kubernetes=False, targets_file=targets, interval=0.5, timeout=0.4
+        ) as (base, _):
             yield base, farm
 
 
@@ -51,27 +53,35 @@ async def test_promtool_accepts_the_page(collector_url: tuple[str, MonitorFarm])
         await eventually(all_nodes, 10, "every node on the page")
         async with http.get(f"{base}/metrics") as resp:
             page = await resp.read()
-    result = subprocess.run([tool("promtool"), "check", "metrics"], input=page, capture_output=True, timeout=60)
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    promtool = await asyncio.create_subprocess_exec(
+        tool("promtool"), "check", "metrics", stdin=PIPE, stdout=PIPE, stderr=STDOUT
+    )
+    output, _ = await asyncio.wait_for(promtool.communicate(page), 60)
+    assert promtool.returncode == 0, output.decode()
 
 
-async def test_prometheus_scrapes_every_node_once(collector_url: tuple[str, MonitorFarm], tmp_path: Path) -> None:
+async def test_prometheus_scrapes_every_node_once(
+    collector_url: tuple[str, MonitorFarm], tmp_path: Path
+) -> None:
     base, farm = collector_url
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
-        "scrape_configs": [{"job_name": "hami-usage", "static_configs": [{"targets": [base.removeprefix("http://")]}]}],
+        "scrape_configs": [
+            {
+                "job_name": "hami-usage",
+                "static_configs": [{"targets": [base.removeprefix("http://")]}],
+            }
+        ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    process = subprocess.Popen(
-        [
-            tool("prometheus"),
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    process = await asyncio.create_subprocess_exec(
+        tool("prometheus"),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        stdout=DEVNULL,
+        stderr=DEVNULL,
     )
     try:
         async with aiohttp.ClientSession() as http:
@@ -94,9 +104,13 @@ async def test_prometheus_scrapes_every_node_once(collector_url: tuple[str, Moni
 
             await eventually(scraped_all, 40, "Prometheus to scrape every node")
             now = time.time()
-            series = await query('{job="hami-usage", __name__=~"hami_.*", __name__!~"hami_usage_collector_.*"}')
+            series = await query(
+                '{job="hami-usage", __name__=~"hami_.*", __name__!~"hami_usage_collector_.*"}'
+            )
             per_node = Counter(s["metric"]["node"] for s in series)
-            expected = {name: len(farm.node(name).expected_canonical(now)) for name, _, _ in farm.targets()}
+            expected = {
+                name: len(farm.node(name).expected_canonical(now)) for name, _, _ in farm.targets()
+            }
             assert dict(per_node) == expected
             identities = [tuple(sorted(s["metric"].items())) for s in series]
             assert len(identities) == len(set(identities))
@@ -106,8 +120,7 @@ async def test_prometheus_scrapes_every_node_once(collector_url: tuple[str, Moni
     finally:
         process.terminate()
         try:
-            await asyncio.to_thread(process.wait, 10)
-        except subprocess.TimeoutExpired:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
             process.kill()
-        assert process.stderr is not None
-        process.stderr.close()
+            await process.wait()
