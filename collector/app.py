@@ -141,13 +141,23 @@ def _sink(manager: ScrapeManager, provider: str) -> Callable[[list[Target]], Awa
     return sink
 
 
+class StartupError(Exception):
+    """The collector cannot start as configured; the message says what to change."""
+
+
 async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
         path = str(settings.kubeconfig) if settings.kubeconfig else None
-        await config.load_kube_config(config_file=path, client_configuration=configuration)
+        try:
+            await config.load_kube_config(config_file=path, client_configuration=configuration)
+        except (config.ConfigException, OSError) as exc:
+            raise StartupError(
+                f"no Kubernetes configuration (not in a cluster, and the kubeconfig failed: {exc}); "
+                "set --kubeconfig, or run with --no-kubernetes and --targets-file"
+            ) from None
     return client.ApiClient(configuration)
 
 

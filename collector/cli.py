@@ -18,7 +18,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from collector import __version__, logs
-from collector.app import build_app
+from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings, config_file, describe_error, parse_listen
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
@@ -97,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(args, path)
     logs.setup(settings.log_format, settings.log_level)
     host, port = parse_listen(settings.listen)
-    web.run_app(build_app(settings), host=host, port=port, print=None)
+    try:
+        web.run_app(build_app(settings), host=host, port=port, print=None)
+    except StartupError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

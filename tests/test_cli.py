@@ -142,3 +142,11 @@ def test_the_readme_documents_every_setting() -> None:
     for name in CollectorSettings.model_fields:
         assert f"`--{name.replace('_', '-')}`" in readme, name
         assert f"`HAMI_COLLECTOR_{name.upper()}`" in readme, name
+
+
+def test_no_kubernetes_configuration_is_a_clear_start_error(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing")}
+    result = run("serve", f"--listen=127.0.0.1:{free_port()}", env=env)
+    assert result.returncode == 2
+    assert "cannot start: no Kubernetes configuration" in result.stderr
+    assert "--no-kubernetes" in result.stderr
