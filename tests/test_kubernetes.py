@@ -224,6 +224,7 @@ async def discovering(
     namespaces: Sequence[str] = (),
     selectors: Mapping[str, tuple[str, int]] | None = None,
     watch_timeout: int = 2,
+    backoff: tuple[float, float] = BACKOFF,
 ) -> AsyncIterator[KubernetesDiscovery]:
     """Run a discovery for the block; afterwards it must have kept running and hung up."""
     disc = KubernetesDiscovery(
@@ -233,7 +234,7 @@ async def discovering(
         sink,
         request_timeout=5,
         watch_timeout=watch_timeout,
-        backoff=BACKOFF,
+        backoff=backoff,
     )
     task = asyncio.create_task(disc.run(), name="discovery under test")
     try:
@@ -376,7 +377,7 @@ async def test_api_down_keeps_the_last_targets(fake: FakeKube, v1: Any) -> None:
     a = fake.add_pod(hami_pod("hami-a", "node-a", "10.0.0.1"))
     b = fake.add_pod(hami_pod("hami-b", "node-b", "10.0.0.2"))
     rec = Recorder()
-    async with discovering(v1, fake, rec) as disc:
+    async with discovering(v1, fake, rec, backoff=(0.2, 0.4)) as disc:
         await rec.settles({key(a): "node-a", key(b): "node-b"}, "initial list")
         await fake.wait_for_watches(1)
         sent, listed = len(rec.calls), len(lists(fake))
@@ -392,7 +393,7 @@ async def test_api_down_keeps_the_last_targets(fake: FakeKube, v1: Any) -> None:
         c = fake.add_pod(hami_pod("hami-c", "node-c", "10.0.0.3"))
         window = len(fake.requests)
         await asyncio.sleep(0.6)
-        assert len(fake.requests) - window < 30, "retries back off, they do not spin"
+        assert len(fake.requests) - window < 8, "retries back off, they do not spin"
         assert len(rec.calls) == sent, "nothing sent while the API is away"
         assert {t.key for t in disc.targets()} == {key(a), key(b)}
         fake.set_down(False)
@@ -489,6 +490,7 @@ async def test_all_namespaces_by_default(fake: FakeKube, v1: Any) -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="collector bug: a watch answered with a non-JSON body (a proxy's 502 page) makes "
     "Watch yield a str; PodWatcher._watch indexes it, the TypeError is not caught, and the "
     "TaskGroup ends all discovery for good",
@@ -578,6 +580,7 @@ async def test_end_to_end_node_labels_come_from_the_pods(
             "stale_after": 2,
             "flavours": "hami",
         }
+        fake.set_down(True)  # not ready until discovery has listed
         async with (
             running_collector(**settings) as (base, app),
             aiohttp.ClientSession() as http,
@@ -601,6 +604,14 @@ async def test_end_to_end_node_labels_come_from_the_pods(
                 }
                 return await page() == want
 
+            async def tried() -> bool:
+                return len(fake.requests) > 0
+
+            await eventually(tried, 5, "the app asked the API")
+            async with http.get(f"{base}/readyz") as resp:
+                assert resp.status == 503
+                assert "discovery has not synced" in await resp.text()
+            fake.set_down(False)
             await eventually(ready, 10, "/readyz 200 after sync and first scrapes")
             await eventually(lambda: shows(k8s_node), 10, "every node once, labelled by its pod")
 
@@ -629,6 +640,14 @@ async def test_end_to_end_node_labels_come_from_the_pods(
             fake.delete_pod("kube-system", pods[last]["metadata"]["name"])
             remaining = {n: k for n, k in k8s_node.items() if n != last}
             gone_at = time.monotonic()
-            await eventually(lambda: shows(remaining), 1.5, "deleted pod's node leaves /metrics")
-            assert time.monotonic() - gone_at < 1.5
+
+            async def gone() -> bool:
+                return set(await page()) == set(remaining.values())
+
+            # At once: going stale would take over 1.5 s (stale_after 2 s, scraped every 0.5 s).
+            await eventually(gone, 1.0, "deleted pod's node leaves /metrics")
+            assert time.monotonic() - gone_at < 1.0
+            await eventually(lambda: shows(remaining), 3, "the other nodes as they were")
             assert await ready()
+        await fake.wait_for_watches(0)  # the app hung up when it stopped
+        assert {(path, q["labelSelector"]) for path, q in fake.requests} == {("/api/v1/pods", SEL)}
