@@ -22,8 +22,11 @@ from kubernetes_asyncio import client, config
 from collector.normalise import PassThrough
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
+from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery
-from collector.sources.kubernetes import KubernetesDiscovery
+from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
+from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
+from collector.sources.push import PushConfig, PushReceiver
 from collector.sources.scrape import ScrapeConfig, ScrapeManager
 from collector.sources.targets import Target
 from collector.store import Store
@@ -37,43 +40,53 @@ STORE = web.AppKey("store", Store)
 METRICS = web.AppKey("metrics", SelfMetrics)
 SCRAPER = web.AppKey("scraper", ScrapeManager)
 
+PUSH = web.AppKey("push", PushReceiver)
+
 Synced = Callable[[], bool]
 
 
-def build_app(settings: CollectorSettings) -> web.Application:
-    """Make the collector's application; nothing runs until aiohttp starts it."""
+def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> web.Application:
+    """Make the collector's application; nothing runs until aiohttp starts it.
+
+    ``pods`` attributes pushed regions without Kubernetes (the demo's simulated
+    cluster); with Kubernetes the collector watches pods itself.
+    """
     store = Store(settings.stale_seconds)
     metrics = SelfMetrics(store)
     page = MetricsPage(store, metrics)
-    discoveries: list[Synced] = []
+    synced: list[tuple[str, Synced]] = []
 
     def ready() -> str | None:
-        if not all(synced() for synced in discoveries):
-            return "discovery has not synced"
+        for what, done in synced:
+            if not done():
+                return f"{what} has not synced"
         if SCRAPER in app and not app[SCRAPER].tried_all():
             return "some targets were never scraped"
         return None
 
-    app = web.Application()
+    async def push(request: web.Request) -> web.Response:
+        return await app[PUSH].handle(request)
+
+    app = web.Application(client_max_size=settings.push_body_limit + 1)
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics
     app.cleanup_ctx.append(_scraping)
+    app.cleanup_ctx.append(_sources(synced, pods))
     app.cleanup_ctx.append(_housekeeping)
-    app.cleanup_ctx.append(_discovery(discoveries))
     app.router.add_get("/metrics", page.handle)
+    app.router.add_post("/api/v1/push", push)
     app.router.add_routes(health.routes(ready))
     return app
 
 
 async def _scraping(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    priorities = {kind: rank for rank, kind in enumerate(settings.priority)}
     scrape_config = ScrapeConfig(
         settings.interval,
         settings.timeout,
         settings.body_limit,
-        priorities,
+        _priorities(settings),
         PassThrough(settings.passthrough_allow, settings.passthrough_deny),
     )
     connector = aiohttp.TCPConnector(limit=256, ttl_dns_cache=300)
@@ -84,8 +97,12 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
         await manager.close()
 
 
+def _priorities(settings: CollectorSettings) -> dict[str, int]:
+    return {kind: rank for rank, kind in enumerate(settings.priority)}
+
+
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
-    store = app[STORE]
+    store, metrics, push = app[STORE], app[METRICS], app[PUSH]
     period = min(1.0, store.stale_after / 4)
 
     async def expire() -> None:
@@ -95,43 +112,86 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
                 log.warning(
                     "source %s (node %s) is stale: its series are gone", source.name, source.node
                 )
+                if source.kind == "agent":
+                    metrics.forget(source)
+                    push.forget(source.node)
 
     async with owned(expire(), "expire stale sources"):
         yield
 
 
-def _discovery(synced: list[Synced]) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def discovery(app: web.Application) -> AsyncIterator[None]:
+def _sources(
+    synced: list[tuple[str, Synced]], static_pods: PodDirectory | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Discovery (file, Kubernetes), the pod directory and the push receiver."""
+
+    async def sources(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         manager = app[SCRAPER]
+        pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
                 files = FileDiscovery(settings.targets_file, _sink(manager, "file"))
-                synced.append(lambda: files.synced)
+                synced.append(("the targets file", lambda: files.synced))
                 await stack.enter_async_context(owned(files.run(), "targets file"))
+            api_client = None
             if settings.kubernetes:
                 api_client = await _kubernetes_client(settings)
                 stack.push_async_callback(api_client.close)
-                selectors = {
-                    flavour: (
-                        getattr(settings, f"{flavour}_selector"),
-                        getattr(settings, f"{flavour}_port"),
-                    )
-                    for flavour in settings.flavours
-                }
+                timeouts = Timeouts(settings.kube_request_timeout, settings.kube_watch_timeout)
                 kube = KubernetesDiscovery(
                     client.CoreV1Api(api_client),
-                    selectors,
+                    {
+                        flavour: (
+                            getattr(settings, f"{flavour}_selector"),
+                            getattr(settings, f"{flavour}_port"),
+                        )
+                        for flavour in settings.flavours
+                    },
                     settings.namespaces,
                     _sink(manager, "kubernetes"),
-                    settings.kube_request_timeout,
-                    settings.kube_watch_timeout,
+                    timeouts,
                 )
-                synced.append(lambda: kube.synced)
+                synced.append(("discovery", lambda: kube.synced))
                 await stack.enter_async_context(owned(kube.run(), "kubernetes discovery"))
+                directory = KubernetesDirectory(
+                    client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
+                )
+                pods = directory
+            auth = _authenticator(settings, api_client, pods)
+            if isinstance(pods, KubernetesDirectory) and not isinstance(auth, Refuse):
+                running = pods  # the cluster-wide pod watch serves push attribution only
+                synced.append(("the pod directory", lambda: running.synced))
+                await stack.enter_async_context(owned(running.run(), "pod directory"))
+            config = PushConfig(
+                settings.push_body_limit, settings.push_max_inflight, _priorities(settings)["agent"]
+            )
+            app[PUSH] = PushReceiver(app[STORE], app[METRICS], auth, pods, config)
             yield
 
-    return discovery
+    return sources
+
+
+def _authenticator(
+    settings: CollectorSettings, api: client.ApiClient | None, pods: PodDirectory
+) -> Authenticator:
+    mode: str = settings.push_auth
+    if mode == "auto":
+        mode = "tokenreview" if api is not None else "token" if settings.push_token_file else "off"
+    if mode == "tokenreview" and api is not None:
+        if not settings.push_service_accounts:
+            return Refuse("no service account may push: set --push-service-accounts")
+        return TokenReviewAuth(
+            client.AuthenticationV1Api(api),
+            settings.push_audience,
+            settings.push_service_accounts,
+            pods,
+        )
+    if mode == "token" and settings.push_token_file is not None:
+        return SharedToken(settings.push_token_file)
+    if mode == "none":
+        return NoAuth()
+    return Refuse("pushes are off: run with Kubernetes, or set --push-token-file")
 
 
 def _sink(manager: ScrapeManager, provider: str) -> Callable[[list[Target]], Awaitable[None]]:
@@ -146,18 +206,22 @@ class StartupError(Exception):
 
 
 async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:
+    """An API client: from ``--kubeconfig`` when given, else in-cluster, else the default kubeconfig."""
     configuration = client.Configuration()
     try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException:
+        if settings.kubeconfig is None:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                return client.ApiClient(configuration)
+            except config.ConfigException:
+                pass
         path = str(settings.kubeconfig) if settings.kubeconfig else None
-        try:
-            await config.load_kube_config(config_file=path, client_configuration=configuration)
-        except (config.ConfigException, OSError) as exc:
-            raise StartupError(
-                f"no Kubernetes configuration (not in a cluster, and the kubeconfig failed: {exc}); "
-                "set --kubeconfig, or run with --no-kubernetes and --targets-file"
-            ) from None
+        await config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (config.ConfigException, OSError) as exc:
+        raise StartupError(
+            f"no Kubernetes configuration (not in a cluster, and the kubeconfig failed: {exc}); "
+            "set --kubeconfig, or run with --no-kubernetes and --targets-file"
+        ) from None
     return client.ApiClient(configuration)
 
 

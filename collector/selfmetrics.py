@@ -16,8 +16,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from collector import __version__
 from collector.normalise import Batch
-from collector.sources.targets import FLAVOURS, Target
-from collector.store import Store
+from collector.sources.targets import FLAVOURS
+from collector.store import Source, Store
 
 _PREFIX = "hami_usage_collector_"
 _SOURCE = ("node", "source", "kind")
@@ -72,7 +72,17 @@ class SelfMetrics:
             registry=r,
         )
         self.dropped = Counter(
-            _PREFIX + "dropped_samples", "Samples of denied or unmappable families.", registry=r
+            _PREFIX + "dropped_samples",
+            "Samples of denied or unmappable families, and pushed regions without a live owner.",
+            registry=r,
+        )
+        self.refused = Counter(
+            _PREFIX + "push_refused", "Pushes refused, by reason.", ["reason"], registry=r
+        )
+        self.unowned = Counter(
+            _PREFIX + "push_unowned_regions",
+            "Pushed regions whose pod or claim is gone, or on another node (dropped).",
+            registry=r,
         )
         info = Gauge(
             _PREFIX + "build_info",
@@ -85,29 +95,45 @@ class SelfMetrics:
             self.targets.labels(flavour).set(0)
         r.register(_StoreCollector(store))
 
-    def scraped(self, target: Target, duration: float, batch: Batch, wall: float) -> None:
+    def scraped(self, source: Source, duration: float, batch: Batch, wall: float) -> None:
         """Record a good scrape."""
-        labels = (target.node, target.name, target.flavour)
+        labels = (source.node, source.name, source.kind)
         self.up.labels(*labels).set(1)
         self.last_success.labels(*labels).set(wall)
         self.duration.labels(*labels).set(duration)
+        self._accepted(labels, batch)
+
+    def pushed(self, source: Source, batch: Batch, unowned: int, wall: float) -> None:
+        """Record an accepted push; ``unowned`` regions had no live pod or claim."""
+        labels = (source.node, source.name, source.kind)
+        self.up.labels(*labels).set(1)
+        self.last_success.labels(*labels).set(wall)
+        self.unowned.inc(unowned)
+        self._accepted(labels, batch)
+
+    def push_refused(self, reason: str) -> None:
+        """Record a refused push."""
+        self.refused.labels(reason).inc()
+        self.version += 1
+
+    def failed(self, source: Source, duration: float, reason: str) -> None:
+        """Record a failed scrape; ``reason`` is a short fixed word (timeout, http, parse, ...)."""
+        labels = (source.node, source.name, source.kind)
+        self.up.labels(*labels).set(0)
+        self.duration.labels(*labels).set(duration)
+        self.errors.labels(source.kind, reason).inc()
+        self.version += 1
+
+    def _accepted(self, labels: tuple[str, str, str], batch: Batch) -> None:
         self.samples.labels(*labels).set(batch.samples)
         self.conflicts.inc(batch.conflicts)
         self.duplicates.inc(batch.duplicates)
         self.dropped.inc(batch.dropped)
         self.version += 1
 
-    def failed(self, target: Target, duration: float, reason: str) -> None:
-        """Record a failed scrape; ``reason`` is a short fixed word (timeout, http, parse, ...)."""
-        labels = (target.node, target.name, target.flavour)
-        self.up.labels(*labels).set(0)
-        self.duration.labels(*labels).set(duration)
-        self.errors.labels(target.flavour, reason).inc()
-        self.version += 1
-
-    def forget(self, target: Target) -> None:
-        """Drop a removed target's series: ours forget what is gone too."""
-        labels = (target.node, target.name, target.flavour)
+    def forget(self, source: Source) -> None:
+        """Drop a removed source's series: ours forget what is gone too."""
+        labels = (source.node, source.name, source.kind)
         for gauge in (self.up, self.last_success, self.duration, self.samples):
             try:
                 gauge.remove(*labels)

@@ -7,64 +7,17 @@ defaults. Lists are comma-separated in flags and env vars.
 
 from __future__ import annotations
 
-import ipaddress
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from collector.config import CommaList, FileSettings, is_loopback, parse_listen
 from collector.sources.targets import FLAVOURS
 
-config_file: ContextVar[Path | None] = ContextVar("config_file", default=None)
-"""The settings file of the settings being built (set by the CLI)."""
 
-
-def _split(value: Any) -> Any:
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
-
-
-CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` too) and check both parts."""
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    if host not in ("", "localhost"):
-        ipaddress.ip_address(host)
-    return host or "0.0.0.0", int(port)
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """Values from the YAML or JSON settings file, if one was named."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        path = config_file.get()
-        if path is None:
-            return {}
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"settings file {path} must hold a mapping")
-        return {k.replace("-", "_"): v for k, v in data.items()}
-
-
-class CollectorSettings(BaseSettings):
+class CollectorSettings(FileSettings):
     """Every setting of ``hami-collector serve``."""
 
     model_config = SettingsConfigDict(env_prefix="HAMI_COLLECTOR_", extra="forbid")
@@ -133,6 +86,26 @@ class CollectorSettings(BaseSettings):
         gt=0,
         description="Seconds a watch lasts before it is renewed; a silent one is cut 15 s later.",
     )
+    push_auth: Literal["auto", "tokenreview", "token", "none"] = Field(
+        "auto",
+        description="How agents are authenticated: auto = tokenreview with Kubernetes, else token if a token file is set, else pushes are refused; none only on loopback.",
+    )
+    push_token_file: Path | None = Field(
+        None, description="File holding the shared bearer token of push-auth token."
+    )
+    push_audience: str = Field(
+        "hami-usage-collector", description="Audience the agents' projected tokens must carry."
+    )
+    push_service_accounts: CommaList = Field(
+        default_factory=list,
+        description="Service accounts (namespace/name, * for any namespace) allowed to push; empty refuses all.",
+    )
+    push_body_limit: int = Field(
+        4 << 20, gt=0, description="Largest push body, in bytes, after decompression."
+    )
+    push_max_inflight: int = Field(
+        64, gt=0, description="Pushes handled at once; more get 429 with Retry-After."
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."
@@ -148,6 +121,12 @@ class CollectorSettings(BaseSettings):
         unknown = set(self.flavours) - set(FLAVOURS)
         if unknown:
             raise ValueError(f"unknown flavours {sorted(unknown)}; known: {', '.join(FLAVOURS)}")
+        if self.push_auth == "none" and not is_loopback(parse_listen(self.listen)[0]):
+            raise ValueError("push-auth none is allowed only when listen is a loopback address")
+        if self.push_auth == "token" and self.push_token_file is None:
+            raise ValueError("push-auth token needs push-token-file")
+        if self.push_auth == "tokenreview" and not self.kubernetes:
+            raise ValueError("push-auth tokenreview needs kubernetes")
         if sorted(self.priority) != sorted(("agent", *FLAVOURS)):
             raise ValueError(f"priority must order exactly agent,{','.join(FLAVOURS)}")
         return self
@@ -156,28 +135,3 @@ class CollectorSettings(BaseSettings):
     def stale_seconds(self) -> float:
         """How long a failing source's data is kept."""
         return self.stale_after if self.stale_after is not None else 3 * self.interval
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _FileSource(settings_cls)
-
-
-def describe_error(error: ValidationError, prefix: str) -> str:
-    """Turn a validation error into lines that name each bad setting."""
-    lines = []
-    for item in error.errors():
-        name = ".".join(str(p) for p in item["loc"]) or "settings"
-        if item["type"] == "extra_forbidden":
-            lines.append(f"unknown setting {name!r}")
-            continue
-        where = f"--{name.replace('_', '-')} / {prefix}{name.upper()}" if item["loc"] else name
-        got = f" (got {item['input']!r})" if item["loc"] and "input" in item else ""
-        lines.append(f"invalid setting {where}: {item['msg']}{got}")
-    return "\n".join(lines)

@@ -15,9 +15,10 @@ from aiohttp import web
 
 from collector import logs
 from collector.app import build_app
+from collector.config import parse_listen
 from collector.demo.monitors import MonitorFarm
 from collector.demo.simulator import SimulatedNode, build_cluster
-from collector.settings import CollectorSettings, parse_listen
+from collector.settings import CollectorSettings
 
 DEMO_FLAVOURS = ("hami", "hami-legacy", "volcano", "kai")
 

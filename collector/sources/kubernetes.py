@@ -10,13 +10,14 @@ targets keep being scraped: discovery only ever sends complete target sets.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -24,10 +25,12 @@ from collector.sources.targets import Target
 
 log = logging.getLogger(__name__)
 
-Pod = Mapping[str, Any]
+Object = Mapping[str, Any]
+ListCall = Callable[..., Awaitable[Any]]
+T = TypeVar("T")
 
 
-def pod_target(pod: Pod, flavour: str, default_port: int) -> Target | None:
+def pod_target(pod: Object, flavour: str, default_port: int) -> Target | None:
     """Return the scrape target of a Running and Ready pod with an IP and a node."""
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
     ip, node = status.get("podIP"), spec.get("nodeName")
@@ -70,100 +73,136 @@ class Backoff:
         self.attempt = 0
 
 
-class PodWatcher:
-    """Keeps ``pods`` (uid -> pod) equal to the API's pods for one selector and namespace."""
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds a list may take, and how long a watch lasts before it is renewed.
+
+    A watch that goes silent is cut by the client ``stall`` seconds after its
+    server-side timeout should have ended it.
+    """
+
+    request: float = 30.0
+    watch: int = 60
+    stall: float = 15.0
+
+
+class Watcher(Generic[T]):
+    """Keeps ``objects`` (uid -> ``keep(object)``) equal to one list call's objects in the API.
+
+    ``keep`` slims each object down to what its user needs (None: not kept), so
+    a cluster-wide watch holds little. ``changed`` is called after each change.
+    """
 
     def __init__(
         self,
-        api: client.CoreV1Api,
-        selector: str,
+        what: str,
+        list_all: ListCall,
+        list_namespaced: ListCall,
         namespace: str,
+        selector: str,
+        keep: Callable[[Object], T | None],
         changed: Callable[[], None],
-        request_timeout: float,
-        watch_timeout: int,
+        timeouts: Timeouts,
         backoff: Backoff,
     ) -> None:
-        self.pods: dict[str, Pod] = {}
+        self.objects: dict[str, T] = {}
         self.synced = asyncio.Event()
-        self._api = api
+        self._call: ListCall = list_namespaced if namespace else list_all
+        self._args = (namespace,) if namespace else ()
         self._selector = selector
-        self._namespace = namespace
+        self._keep = keep
         self._changed = changed
-        self._request_timeout = request_timeout
-        self._watch_timeout = watch_timeout
+        self._timeouts = timeouts
         self._backoff = backoff
-        self._where = f"pods {selector!r} in {namespace or 'all namespaces'}"
+        self.where = f"{what} {selector!r} in {namespace or 'all namespaces'}"
+        self._last_error = ""
 
     async def run(self) -> None:
-        """List and watch forever; errors are logged and retried, never raised."""
+        """List and watch forever; every error is logged and retried, none ends the loop."""
         version: str | None = None
         while True:
             try:
                 if version is None:
                     version = await self._list()
-                version = await self._watch(version)
-                self._backoff.reset()
+                version, events = await self._watch(version)
+                if events:
+                    self._backoff.reset()
+                else:
+                    await self._backoff.wait()  # a watch that ends at once must not spin
             except ApiException as exc:
                 if exc.status == 410:
-                    log.info("%s: resourceVersion %s expired, relisting", self._where, version)
+                    log.info("%s: resourceVersion %s expired, relisting", self.where, version)
                     version = None
                     continue
-                log.warning("%s: API error %s %s; retrying", self._where, exc.status, exc.reason)
+                self._failed(f"API error {exc.status} {exc.reason}")
                 await self._backoff.wait()
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                log.warning("%s: %s: %s; retrying", self._where, type(exc).__name__, exc)
+            except Exception as exc:
+                self._failed(f"{type(exc).__name__}: {exc}")
                 await self._backoff.wait()
+            else:
+                self._last_error = ""
 
-    def _call_args(self) -> tuple[Callable[..., Awaitable[Any]], tuple[str, ...]]:
-        if self._namespace:
-            return self._api.list_namespaced_pod, (self._namespace,)
-        return self._api.list_pod_for_all_namespaces, ()
+    def _failed(self, message: str) -> None:
+        """Log a failure once while it repeats (a cluster without an API fails every retry)."""
+        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        log.log(level, "%s: %s; retrying", self.where, message)
+        self._last_error = message
 
     async def _list(self) -> str:
-        func, args = self._call_args()
-        resp = await func(
-            *args,
+        resp = await self._call(
+            *self._args,
             label_selector=self._selector,
             _preload_content=False,
-            _request_timeout=self._request_timeout,
+            _request_timeout=self._timeouts.request,
         )
         async with resp:
             if resp.status != 200:
                 raise ApiException(status=resp.status, reason=resp.reason)
             body = json.loads(await resp.read())
-        self.pods = {p["metadata"]["uid"]: p for p in body.get("items") or []}
+        self.objects = {}
+        for obj in body.get("items") or []:
+            self._apply("ADDED", obj)
         self.synced.set()
         self._changed()
         version: str = body["metadata"]["resourceVersion"]
-        log.debug("%s: listed %d pods at version %s", self._where, len(self.pods), version)
+        log.debug("%s: listed %d at version %s", self.where, len(self.objects), version)
         return version
 
-    async def _watch(self, version: str) -> str:
-        """Apply watch events from ``version`` until the server ends the watch."""
-        func, args = self._call_args()
+    async def _watch(self, version: str) -> tuple[str, int]:
+        """Apply watch events from ``version`` until the watch ends; return where it ended."""
         stream = watch.Watch(return_type="object").stream(
-            func,
-            *args,
+            self._call,
+            *self._args,
             label_selector=self._selector,
             resource_version=version,
             allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _request_timeout=self._watch_timeout + 15,
+            timeout_seconds=self._timeouts.watch,
+            _request_timeout=self._timeouts.watch + self._timeouts.stall,
         )
+        events = 0
         async with stream:
             async for event in stream:
+                if not isinstance(event, dict) or "type" not in event:
+                    raise ValueError(f"not a watch event: {str(event)[:80]!r}")
                 kind, obj = event["type"], event["raw_object"]
                 version = obj["metadata"]["resourceVersion"]
-                if kind in ("ADDED", "MODIFIED"):
-                    self.pods[obj["metadata"]["uid"]] = obj
-                elif kind == "DELETED":
-                    self.pods.pop(obj["metadata"]["uid"], None)
-                elif kind != "BOOKMARK":
-                    log.warning("%s: ignoring unknown watch event %r", self._where, kind)
+                events += 1
+                if kind == "BOOKMARK":
                     continue
-                if kind != "BOOKMARK":
-                    self._changed()
-        return version
+                if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                    log.warning("%s: ignoring unknown watch event %r", self.where, kind)
+                    continue
+                self._apply(kind, obj)
+                self._changed()
+        return version, events
+
+    def _apply(self, kind: str, obj: Object) -> None:
+        uid = obj["metadata"]["uid"]
+        kept = None if kind == "DELETED" else self._keep(obj)
+        if kept is None:
+            self.objects.pop(uid, None)
+        else:
+            self.objects[uid] = kept
 
 
 class KubernetesDiscovery:
@@ -175,25 +214,22 @@ class KubernetesDiscovery:
         selectors: Mapping[str, tuple[str, int]],
         namespaces: list[str],
         sink: Callable[[list[Target]], Awaitable[None]],
-        request_timeout: float = 30.0,
-        watch_timeout: int = 60,
+        timeouts: Timeouts,
         backoff: tuple[float, float] = (0.5, 30.0),
     ) -> None:
         self._sink = sink
         self._dirty = asyncio.Event()
         self._watchers = [
-            (
-                flavour,
-                port,
-                PodWatcher(
-                    api,
-                    selector,
-                    namespace,
-                    self._dirty.set,
-                    request_timeout,
-                    watch_timeout,
-                    Backoff(*backoff),
-                ),
+            Watcher(
+                f"{flavour} pods",
+                api.list_pod_for_all_namespaces,
+                api.list_namespaced_pod,
+                namespace,
+                selector,
+                functools.partial(pod_target, flavour=flavour, default_port=port),
+                self._dirty.set,
+                timeouts,
+                Backoff(*backoff),
             )
             for flavour, (selector, port) in selectors.items()
             for namespace in (namespaces or [""])
@@ -202,22 +238,23 @@ class KubernetesDiscovery:
     @property
     def synced(self) -> bool:
         """Whether every watcher has listed once."""
-        return all(w.synced.is_set() for _, _, w in self._watchers)
+        return all(w.synced.is_set() for w in self._watchers)
 
     def targets(self) -> list[Target]:
-        """The targets of every watched pod that is ready to be scraped."""
-        found = (
-            pod_target(pod, flavour, port)
-            for flavour, port, w in self._watchers
-            for pod in w.pods.values()
-        )
-        return [t for t in found if t is not None]
+        """The targets of every watched pod that is ready to be scraped, once per pod."""
+        by_key: dict[str, Target] = {}
+        for watcher in self._watchers:
+            for target in watcher.objects.values():
+                by_key.setdefault(
+                    target.key, target
+                )  # a pod two selectors match: first flavour wins
+        return list(by_key.values())
 
     async def run(self) -> None:
         """Run the watchers; forward each change of the pod sets as a full target set."""
         async with asyncio.TaskGroup() as group:
-            for flavour, _, watcher in self._watchers:
-                group.create_task(watcher.run(), name=f"watch {flavour} pods")
+            for watcher in self._watchers:
+                group.create_task(watcher.run(), name=f"watch {watcher.where}")
             group.create_task(self._forward(), name="forward targets")
 
     async def _forward(self) -> None:

@@ -90,7 +90,7 @@ class ScrapeLoop:
         self._store = store
         self._metrics = metrics
         self._config = config
-        self._source = Source(
+        self.source = Source(
             target.key, target.name, target.node, target.flavour, config.priorities[target.flavour]
         )
         self._normaliser = Normaliser(target.node, config.passthrough)
@@ -126,8 +126,8 @@ class ScrapeLoop:
             log.exception("scrape of %s failed unexpectedly", self.target.name)
             self._fail("internal", "internal error", started)
         else:
-            self._store.put(self._source, batch, time.monotonic())
-            self._metrics.scraped(self.target, time.monotonic() - started, batch, time.time())
+            self._store.put(self.source, batch, time.monotonic())
+            self._metrics.scraped(self.source, time.monotonic() - started, batch, time.time())
             if self._failing:
                 log.info("target %s (node %s) recovered", self.target.name, self.target.node)
             self._failing = False
@@ -135,7 +135,7 @@ class ScrapeLoop:
             self.tried = True
 
     def _fail(self, reason: str, message: str, started: float) -> None:
-        self._metrics.failed(self.target, time.monotonic() - started, reason)
+        self._metrics.failed(self.source, time.monotonic() - started, reason)
         if not self._failing:
             log.warning(
                 "scrape of %s (node %s, %s) failed: %s",
@@ -203,9 +203,9 @@ class ScrapeManager:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for target in targets:
-            del self._loops[target]
+            loop, _ = self._loops.pop(target)
             self._store.remove(target.key)
-            self._metrics.forget(target)
+            self._metrics.forget(loop.source)
 
     def _count(self) -> None:
         counts = dict.fromkeys(self._config.priorities, 0)

@@ -1,0 +1,216 @@
+"""The agent's loop: sample regions and cards every interval, hand the snapshot to the pusher.
+
+Sampling runs on its own schedule and never waits for the network; the pusher
+owns the backlog. A small HTTP server answers /healthz and the agent's /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+from prometheus_client.exposition import generate_latest
+
+from agent import hamicore
+from agent.nvml import NvmlSampler
+from agent.payload import Device, Payload, Region
+from agent.push import Backlog, Pusher, token_reader
+from agent.settings import AgentSettings
+from collector.app import owned
+from collector.exposition.render import TEXT_CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", AgentSettings)
+
+
+def regions(scan: hamicore.Scan) -> list[Region]:
+    """The payload's regions from one scan of the region folders."""
+    out = []
+    for key, usage in scan.regions.items():
+        devices = [
+            Device(
+                index=d.index,
+                uuid=d.uuid,
+                memory_used=d.memory_used,
+                memory_limit=d.memory_limit,
+                context=d.context,
+                module=d.module,
+                buffer=d.buffer,
+                sm_utilization=d.sm_utilization,
+            )
+            for d in usage.devices
+        ]
+        if key[0] == "pod":
+            out.append(
+                Region(
+                    pod_uid=key[1],
+                    container=key[2],
+                    devices=devices,
+                    last_kernel_time=usage.last_kernel_time,
+                )
+            )
+        else:
+            out.append(
+                Region(claim_uid=key[1], devices=devices, last_kernel_time=usage.last_kernel_time)
+            )
+    return out
+
+
+class Sampler:
+    """Takes snapshots: one scan of the region folders and one NVML sample each."""
+
+    def __init__(
+        self, node: str, roots: Sequence[str], grace: float | None, nvml: NvmlSampler | None
+    ) -> None:
+        self.node = node
+        self.instance = uuid.uuid4().hex[:16]
+        self.sequence = 0
+        self._roots = [Path(r) for r in roots]
+        self._grace = grace
+        self._nvml = nvml
+        self.last_scan: hamicore.Scan | None = None
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.region_count = Gauge(
+            "hami_agent_regions", "Regions read in the latest snapshot.", registry=r
+        )
+        self.region_errors = Counter(
+            "hami_agent_region_errors", "Region files refused, by reason.", ["reason"], registry=r
+        )
+        self.cards = Gauge(
+            "hami_agent_cards", "Cards read through NVML in the latest snapshot.", registry=r
+        )
+        self.nvml_up = Gauge("hami_agent_nvml_available", "1 if NVML is available.", registry=r)
+        self.duration = Gauge(
+            "hami_agent_snapshot_seconds", "How long the latest snapshot took.", registry=r
+        )
+
+    def snapshot(self) -> Payload:
+        """Read everything once; errors are counted, never raised."""
+        started = time.perf_counter()
+        scan = hamicore.scan(self._roots, grace=self._grace)
+        self.last_scan = scan
+        for failure in scan.failures:
+            self.region_errors.labels(failure.error.reason).inc()
+        cards = self._nvml.sample() if self._nvml is not None else []
+        payload = Payload(
+            node=self.node,
+            agent=self.instance,
+            sequence=self.sequence,
+            time=time.time(),
+            nvml=self._nvml is not None and self._nvml.available,
+            cards=cards,
+            regions=regions(scan),
+        )
+        self.sequence += 1
+        self.region_count.set(len(payload.regions))
+        self.cards.set(len(cards))
+        self.nvml_up.set(1 if payload.nvml else 0)
+        self.duration.set(time.perf_counter() - started)
+        return payload
+
+
+SAMPLER = web.AppKey("sampler", Sampler)
+
+
+def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
+    """Start NVML if asked; without a driver the agent still pushes region data."""
+    if not enabled:
+        return None
+    sampler = NvmlSampler(module)
+    if not sampler.start():
+        log.warning("NVML unavailable (%s): pushing region data only", sampler.reason)
+    return sampler
+
+
+def build_app(settings: AgentSettings, nvml_module: object = None) -> web.Application:
+    """The agent: sampler and pusher tasks owned by the app, /healthz and /metrics served."""
+    app = web.Application()
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(_run(nvml_module))
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest(app[SAMPLER].registry)
+        return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def _run(nvml_module: object) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        nvml = start_nvml(settings.nvml, nvml_module)
+        sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
+        app[SAMPLER] = sampler
+        backlog = Backlog(settings.backlog_seconds, settings.backlog_bytes)
+        token = token_reader(str(settings.token_file) if settings.token_file else None)
+        async with aiohttp.ClientSession() as session:
+            pusher = Pusher(session, settings.collector, token, backlog, settings.push_timeout)
+            _push_metrics(sampler.registry, pusher)
+            async with (
+                owned(pusher.run(), "push"),
+                owned(_sample(sampler, pusher, settings.interval), "sample"),
+            ):
+                yield
+        if nvml is not None:
+            nvml.close()
+
+    return run
+
+
+async def _sample(sampler: Sampler, pusher: Pusher, interval: float) -> None:
+    next_at = time.monotonic()
+    while True:
+        payload = await asyncio.to_thread(sampler.snapshot)
+        pusher.submit(payload)
+        next_at += interval
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def _push_metrics(registry: CollectorRegistry, pusher: Pusher) -> None:
+    backlog = Gauge(
+        "hami_agent_backlog_snapshots", "Snapshots waiting to be accepted.", registry=registry
+    )
+    backlog.set_function(lambda: len(pusher.backlog))
+    size = Gauge(
+        "hami_agent_backlog_bytes", "Bytes of gzipped snapshots waiting.", registry=registry
+    )
+    size.set_function(lambda: pusher.backlog.bytes)
+    for name, help_text, read in (
+        (
+            "hami_agent_pushes_accepted",
+            "Snapshots the collector accepted.",
+            lambda: pusher.stats.accepted,
+        ),
+        (
+            "hami_agent_pushes_refused",
+            "Snapshots the collector refused for good (400, 413).",
+            lambda: pusher.stats.refused,
+        ),
+        (
+            "hami_agent_push_failures",
+            "Push attempts that failed and will be retried.",
+            lambda: pusher.stats.failed,
+        ),
+        (
+            "hami_agent_backlog_dropped",
+            "Snapshots dropped from a full backlog.",
+            lambda: pusher.backlog.dropped,
+        ),
+    ):
+        gauge = Gauge(name, help_text, registry=registry)
+        gauge.set_function(read)

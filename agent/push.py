@@ -1,0 +1,177 @@
+"""Send snapshots to the collector without ever making the sampler wait.
+
+The sampler hands each snapshot to :meth:`Pusher.submit`, which only queues it.
+One sender task drains the queue oldest first. While the collector is away the
+queue is the backlog: bounded by age and by bytes (oldest dropped first), and
+replayed in order once the collector answers again, so history has no gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from agent.payload import Payload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A snapshot ready to send: its gzipped JSON and when it was taken."""
+
+    body: bytes
+    taken: float
+    sequence: int
+
+
+class Backlog:
+    """Snapshots not yet accepted, oldest first, within ``max_age`` seconds and ``max_bytes``."""
+
+    def __init__(self, max_age: float, max_bytes: int) -> None:
+        self.max_age = max_age
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.dropped = 0
+        self._items: deque[Queued] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def append(self, item: Queued) -> None:
+        """Queue a snapshot, dropping the oldest ones past the limits."""
+        self._items.append(item)
+        self.bytes += len(item.body)
+        self._trim(item.taken)
+
+    def oldest(self) -> Queued | None:
+        """The snapshot to send next."""
+        return self._items[0] if self._items else None
+
+    def pop(self) -> None:
+        """Forget the oldest snapshot (accepted, or refused for good)."""
+        self.bytes -= len(self._items.popleft().body)
+
+    def _trim(self, now: float) -> None:
+        while self._items and (
+            self.bytes > self.max_bytes or now - self._items[0].taken > self.max_age
+        ):
+            self.pop()
+            self.dropped += 1
+
+
+@dataclass(slots=True)
+class PushStats:
+    """What the sender did, for the agent's own metrics."""
+
+    accepted: int = 0
+    refused: int = 0
+    failed: int = 0
+    last_status: int | None = None
+    last_error: str | None = None
+
+
+class Pusher:
+    """Owns the backlog and the one task that sends it."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        token: Callable[[], str | None],
+        backlog: Backlog,
+        request_timeout: float = 10.0,
+        backoff: tuple[float, float] = (0.5, 30.0),
+    ) -> None:
+        self.backlog = backlog
+        self.stats = PushStats()
+        self._session = session
+        self._url = url.rstrip("/") + "/api/v1/push"
+        self._token = token
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self._backoff = backoff
+        self._ready = asyncio.Event()
+
+    def submit(self, payload: Payload) -> None:
+        """Queue a snapshot; never blocks on the network."""
+        body = gzip.compress(payload.model_dump_json(exclude_none=True).encode(), compresslevel=1)
+        self.backlog.append(Queued(body, payload.time, payload.sequence))
+        self._ready.set()
+
+    async def run(self) -> None:
+        """Send queued snapshots forever, oldest first, backing off while the collector fails."""
+        attempt = 0
+        while True:
+            item = self.backlog.oldest()
+            if item is None:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            delay = await self._send(item)
+            if delay is None:
+                attempt = 0
+                continue
+            attempt += 1
+            base, cap = self._backoff
+            await asyncio.sleep(max(delay, random.uniform(0, min(cap, base * 2**attempt))))
+
+    async def _send(self, item: Queued) -> float | None:
+        """Send one snapshot; return None to go on at once, else the least wait before retrying."""
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        token = self._token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            async with self._session.post(
+                self._url, data=item.body, headers=headers, timeout=self._timeout
+            ) as resp:
+                status = resp.status
+                text = "" if status == 204 else (await resp.text())[:300]
+                retry_after = resp.headers.get("Retry-After", "")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._failed(None, f"{type(exc).__name__}: {exc}")
+            return 0.0
+        self.stats.last_status = status
+        if status in (200, 202, 204):
+            self.backlog.pop()
+            self.stats.accepted += 1
+            self.stats.last_error = None
+            return None
+        if status in (400, 413):
+            log.error(
+                "collector refused snapshot %d for good (HTTP %d): %s", item.sequence, status, text
+            )
+            self.backlog.pop()
+            self.stats.refused += 1
+            return None
+        self._failed(status, text)
+        return float(retry_after) if retry_after.isdigit() else 0.0
+
+    def _failed(self, status: int | None, message: str) -> None:
+        if self.stats.last_error is None:
+            log.warning("push failed (%s): %s; keeping a backlog", status or "no answer", message)
+        self.stats.failed += 1
+        self.stats.last_error = message or f"HTTP {status}"
+
+
+def token_reader(path: str | None) -> Callable[[], str | None]:
+    """Read the projected token at every push: the kubelet rotates it in place."""
+
+    def read() -> str | None:
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                return f.read().strip() or None
+        except OSError as exc:
+            log.warning("cannot read token file %s: %s", path, exc)
+            return None
+
+    return read

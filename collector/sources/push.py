@@ -1,0 +1,220 @@
+"""``POST /api/v1/push``: agents' raw readings, checked, attributed and turned into canonical series.
+
+The series are exactly those a HAMi v2.10 monitor would export for the same
+readings. Order of checks: size, credentials, payload, node binding, sequence;
+nothing from a refused payload reaches the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from agent.payload import Card, Payload, Region
+from collector import schema
+from collector.exposition.render import series_key
+from collector.normalise import Batch
+from collector.selfmetrics import SelfMetrics
+from collector.sources.auth import Authenticator, AuthError
+from collector.sources.pods import PodDirectory, PodRef
+from collector.store import Source, Store
+
+log = logging.getLogger(__name__)
+
+ZONE = ("zone", "vGPU")
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    """Limits of the push API."""
+
+    body_limit: int
+    max_inflight: int
+    priority: int
+
+
+def card_series(card: Card) -> Iterator[tuple[bytes, float]]:
+    """A card's host series, labelled as HAMi's monitor labels them."""
+    labels = (
+        ("device_index", str(card.index)),
+        ("device_type", f"NVIDIA-{card.name}"),
+        ("device_uuid", card.uuid[:40]),
+        ZONE,
+    )
+    readings = (
+        ("hami_host_gpu_memory_used_bytes", card.memory_used),
+        ("hami_host_gpu_utilization_ratio", card.utilization),
+        ("hami_host_gpu_memory_controller_utilization_ratio", card.memory_utilization),
+        ("hami_host_gpu_temperature_celsius", card.temperature),
+        ("hami_host_gpu_power_usage_watts", card.power),
+    )
+    for name, value in readings:
+        if value is not None:
+            yield series_key(name, labels), float(value)
+
+
+def region_series(
+    region: Region, pod: PodRef, container: str, now: float
+) -> Iterator[tuple[bytes, float]]:
+    """A region's container series, one set per vGPU device."""
+    elapsed = None
+    if region.last_kernel_time:
+        elapsed = float(max(int(now) - region.last_kernel_time, 0))
+    for device in region.devices:
+        labels = (
+            ("container", container),
+            ("device_uuid", device.uuid[:40]),
+            ("namespace", pod.namespace),
+            ("pod", pod.name),
+            ("vdevice_index", str(device.index)),
+            ZONE,
+        )
+        readings = (
+            (schema.VGPU_MEMORY_USED, device.memory_used),
+            (schema.CONTAINER_MEMORY, device.memory_used),
+            ("hami_vgpu_memory_limit_bytes", device.memory_limit),
+            ("hami_container_device_utilization_ratio", device.sm_utilization),
+            ("hami_vgpu_memory_context_bytes", device.context),
+            ("hami_vgpu_memory_module_bytes", device.module),
+            ("hami_vgpu_memory_buffer_bytes", device.buffer),
+            ("hami_container_last_kernel_elapsed_seconds", elapsed),
+        )
+        for name, value in readings:
+            if value is not None:
+                yield series_key(name, labels), float(value)
+
+
+def to_batch(payload: Payload, pods: PodDirectory) -> tuple[Batch, int]:
+    """Turn a payload into canonical series; return them and how many regions had no live owner."""
+    series: dict[bytes, float] = {}
+    for card in payload.cards:
+        series.update(card_series(card))
+    unowned = 0
+    for region in payload.regions:
+        if region.claim_uid is not None:
+            pod, container = pods.claim_pod(region.claim_uid), ""
+        else:
+            pod, container = pods.pod(region.pod_uid or ""), region.container or ""
+        if pod is None or pod.node != payload.node:
+            unowned += 1
+            continue
+        series.update(region_series(region, pod, container, payload.time))
+    return Batch(series, samples=len(series), dropped=unowned), unowned
+
+
+class PushReceiver:
+    """The push endpoint: one latest snapshot per node, from whichever agent instance sent it."""
+
+    def __init__(
+        self,
+        store: Store,
+        metrics: SelfMetrics,
+        auth: Authenticator,
+        pods: PodDirectory,
+        config: PushConfig,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._auth = auth
+        self._pods = pods
+        self._config = config
+        self._inflight = 0
+        self._seen: dict[str, tuple[str, int]] = {}
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Accept (204) or refuse one payload with a JSON error naming the reason."""
+        if self._inflight >= self._config.max_inflight:
+            return self._refuse(
+                429, "overloaded", "too many pushes in flight", {"Retry-After": "1"}
+            )
+        self._inflight += 1
+        try:
+            return await self._handle(request)
+        except _Refused as refused:
+            return self._refuse(
+                refused.status, refused.reason, refused.message, {}, refused.details
+            )
+        finally:
+            self._inflight -= 1
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        limit = self._config.body_limit
+        if request.content_length is not None and request.content_length > limit:
+            raise _Refused(413, "too_large", f"body of {request.content_length} bytes > {limit}")
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header[:7].lower() == "bearer " else None
+        try:
+            caller = await self._auth.authenticate(token)
+        except AuthError as exc:
+            raise _Refused(
+                exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc)
+            ) from None
+        body = await _read(request, limit)
+        try:
+            payload = Payload.model_validate_json(body)
+        except ValidationError as exc:
+            details = [
+                {"field": ".".join(str(p) for p in e["loc"]), "error": e["msg"]}
+                for e in exc.errors(include_url=False)
+            ]
+            raise _Refused(
+                400, "invalid", f"invalid payload: {exc.error_count()} error(s)", details
+            ) from None
+        if caller.node is not None and caller.node != payload.node:
+            raise _Refused(
+                403, "wrong_node", f"{caller.name} runs on {caller.node}, not {payload.node}"
+            )
+        seen = self._seen.get(payload.node)
+        if seen is not None and seen[0] == payload.agent and payload.sequence <= seen[1]:
+            return web.Response(status=204)
+        batch, unowned = to_batch(payload, self._pods)
+        self._seen[payload.node] = (payload.agent, payload.sequence)
+        source = Source(
+            f"agent/{payload.node}",
+            f"agent {payload.agent}",
+            payload.node,
+            "agent",
+            self._config.priority,
+        )
+        self._store.put(source, batch, time.monotonic())
+        self._metrics.pushed(source, batch, unowned, payload.time)
+        return web.Response(status=204)
+
+    def forget(self, node: str) -> None:
+        """Drop what is remembered of a node whose agent went stale."""
+        self._seen.pop(node, None)
+
+    def _refuse(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        headers: dict[str, str],
+        details: object = None,
+    ) -> web.Response:
+        self._metrics.push_refused(reason)
+        body: dict[str, object] = {"status": "error", "error": reason, "message": message}
+        if details is not None:
+            body["details"] = details
+        return web.json_response(body, status=status, headers=headers)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str, details: object = None) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message, self.details = status, reason, message, details
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
+    """Read the body, at most ``limit`` bytes: aiohttp has already undone a gzip encoding."""
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > limit:
+            raise _Refused(413, "too_large", f"body larger than {limit} bytes once decompressed")
+    return bytes(body)
