@@ -305,6 +305,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     ``.cache``, so a concurrent scan does not pick it up.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)

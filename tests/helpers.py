@@ -12,6 +12,7 @@ from aiohttp import web
 
 from collector.app import build_app
 from collector.settings import CollectorSettings
+from collector.sources.pods import PodDirectory
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,11 +24,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @asynccontextmanager
-async def running_collector(**overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
+async def running_collector(
+    pods: PodDirectory | None = None, **overrides: object
+) -> AsyncIterator[tuple[str, web.Application]]:
     """Start the collector with ``overrides`` on a loopback port; yield its base URL and app."""
     port = free_port()
     settings = CollectorSettings(listen=f"127.0.0.1:{port}", **overrides)  # type: ignore[arg-type]
-    app = build_app(settings)
+    app = build_app(settings, pods)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
@@ -17,55 +17,95 @@ from collector.sources.kubernetes import Backoff, Timeouts, Watcher
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
-    """The identity of a pod as the outputs label it."""
+    """The identity of a pod as the outputs label it.
+
+    ``claim_containers`` maps the name of each ResourceClaim the pod uses to the
+    ``container`` label its usage gets: the containers that reference it.
+    """
 
     uid: str
     namespace: str
     name: str
     node: str
+    claim_containers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim: its name and the UIDs of the pods it is reserved for."""
+
+    name: str
+    consumers: tuple[str, ...]
 
 
 class PodDirectory(Protocol):
-    """Looks pods up by UID, and claims by UID to the pod they are reserved for."""
+    """Looks pods up by UID, and claims by UID to the pod (and containers) using them."""
 
     def pod(self, uid: str) -> PodRef | None:
         """The pod with this UID, if it exists now."""
 
-    def claim_pod(self, uid: str) -> PodRef | None:
-        """The first pod a ResourceClaim is reserved for, if claim and pod exist now."""
+    def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
+        """The first existing pod a ResourceClaim is reserved for, and its container label."""
 
 
 def pod_ref(pod: Mapping[str, Any]) -> PodRef:
     """The :class:`PodRef` of a pod object."""
-    meta = pod["metadata"]
+    meta, spec = pod["metadata"], pod.get("spec") or {}
     return PodRef(
         meta["uid"],
         meta.get("namespace", ""),
         meta["name"],
-        pod.get("spec", {}).get("nodeName") or "",
+        spec.get("nodeName") or "",
+        _claim_containers(pod),
     )
 
 
-def claim_consumers(claim: Mapping[str, Any]) -> tuple[str, ...]:
-    """The UIDs of the pods a ResourceClaim is reserved for, in the order listed."""
+def _claim_containers(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Claim object name -> the containers (comma-joined) whose resources name it."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    actual = {c["name"]: c.get("resourceClaimName") for c in spec.get("resourceClaims") or []}
+    for generated in status.get("resourceClaimStatuses") or []:
+        actual[generated["name"]] = generated.get("resourceClaimName")
+    users: dict[str, list[str]] = {}
+    for container in spec.get("containers") or []:
+        for ref in (container.get("resources") or {}).get("claims") or []:
+            claim = actual.get(ref.get("name"))
+            if claim:
+                users.setdefault(claim, []).append(container["name"])
+    return {claim: ",".join(sorted(names)) for claim, names in users.items()}
+
+
+def claim_of(claim: Mapping[str, Any]) -> Claim:
+    """The :class:`Claim` of a ResourceClaim object: reserved-for pods in the order listed."""
     reserved = (claim.get("status") or {}).get("reservedFor") or []
-    return tuple(r["uid"] for r in reserved if r.get("resource") == "pods" and r.get("uid"))
+    consumers = tuple(r["uid"] for r in reserved if r.get("resource") == "pods" and r.get("uid"))
+    return Claim(claim["metadata"]["name"], consumers)
+
+
+def _owner(claim: Claim | None, pods: Mapping[str, PodRef]) -> tuple[PodRef, str] | None:
+    if claim is None:
+        return None
+    for uid in claim.consumers:
+        pod = pods.get(uid)
+        if pod is not None:
+            return pod, pod.claim_containers.get(claim.name, "")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class StaticDirectory:
-    """A fixed directory, for the demo and for collectors without Kubernetes."""
+    """A fixed directory, for collectors without Kubernetes and for tests."""
 
     pods: Mapping[str, PodRef]
-    claims: Mapping[str, tuple[str, ...]]
+    claims: Mapping[str, Claim]
 
     def pod(self, uid: str) -> PodRef | None:
         """The pod with this UID."""
         return self.pods.get(uid)
 
-    def claim_pod(self, uid: str) -> PodRef | None:
-        """The first known pod the claim is reserved for."""
-        return next((p for u in self.claims.get(uid, ()) if (p := self.pods.get(u))), None)
+    def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
+        """The first known pod the claim is reserved for, and its container label."""
+        return _owner(self.claims.get(uid), self.pods)
 
 
 def _nothing() -> None:
@@ -99,7 +139,7 @@ class KubernetesDirectory:
             resource.list_namespaced_resource_claim,
             "",
             "",
-            claim_consumers,
+            claim_of,
             _nothing,
             timeouts,
             Backoff(*backoff),
@@ -114,10 +154,9 @@ class KubernetesDirectory:
         """The pod with this UID, if it exists now."""
         return self._pods.objects.get(uid)
 
-    def claim_pod(self, uid: str) -> PodRef | None:
-        """The first existing pod the claim is reserved for."""
-        consumers = self._claims.objects.get(uid, ())
-        return next((p for u in consumers if (p := self._pods.objects.get(u))), None)
+    def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
+        """The first existing pod the claim is reserved for, and its container label."""
+        return _owner(self._claims.objects.get(uid), self._pods.objects)
 
     async def run(self) -> None:
         """Watch pods and claims until cancelled."""

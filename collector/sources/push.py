@@ -97,13 +97,14 @@ def to_batch(payload: Payload, pods: PodDirectory) -> tuple[Batch, int]:
     unowned = 0
     for region in payload.regions:
         if region.claim_uid is not None:
-            pod, container = pods.claim_pod(region.claim_uid), ""
+            owner = pods.claim_owner(region.claim_uid)
         else:
-            pod, container = pods.pod(region.pod_uid or ""), region.container or ""
-        if pod is None or pod.node != payload.node:
+            pod = pods.pod(region.pod_uid or "")
+            owner = None if pod is None else (pod, region.container or "")
+        if owner is None or owner[0].node != payload.node:
             unowned += 1
             continue
-        series.update(region_series(region, pod, container, payload.time))
+        series.update(region_series(region, owner[0], owner[1], payload.time))
     return Batch(series, samples=len(series), dropped=unowned), unowned
 
 

@@ -1,0 +1,148 @@
+"""Simulated node agents: the simulator's workload written as HAMi-core region files, its cards as a fake NVML.
+
+The demo runs the real agent code (region reader, NVML sampler, pusher) on
+these, so the agent path is exercised end to end without a GPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from agent.fakenvml import FakeCard, FakeNvml
+from agent.packer import ProcSlot, RegionSpec, write_region
+from collector.demo.simulator import Allocation, SimulatedNode
+from collector.sources.pods import Claim, PodRef, StaticDirectory
+
+REGION_FILE = "region.cache"
+
+
+def region_specs(node: SimulatedNode) -> dict[tuple[str, str], RegionSpec]:
+    """One region per container, as HAMi-core would keep it: vGPU i at position i."""
+    by_container: dict[tuple[str, str], list[Allocation]] = {}
+    for allocation in node.allocations:
+        by_container.setdefault((allocation.pod_uid, allocation.container), []).append(allocation)
+    specs = {}
+    for key, allocations in by_container.items():
+        allocations.sort(key=lambda a: a.vdevice_index)
+        slots = max(a.vdevice_index for a in allocations) + 1
+        uuids = [""] * slots
+        limits = [0] * slots
+        used = [(0, 0, 0, 0, 0)] * slots
+        util = [(0, 0, 0)] * slots
+        for a in allocations:
+            i = a.vdevice_index
+            uuids[i] = node.cards[a.card].uuid
+            limits[i] = a.limit
+            used[i] = (a.context, a.module, a.buffer, a.offset, a.used)
+            util[i] = (0, 0, a.sm_util)
+        kernel = max((a.last_kernel_time or 0) for a in allocations)
+        specs[key] = RegionSpec(
+            uuids=uuids,
+            limits=limits,
+            procs=[ProcSlot(pid=1, hostpid=1, used=used, device_util=util)],
+            last_kernel_time=kernel,
+        )
+    return specs
+
+
+def claim_name(pod: str, container: str) -> str:
+    """The ResourceClaim a simulated HAMi-DRA container's vGPUs come from."""
+    return f"{pod}-{container}-vgpu"
+
+
+def claim_uid(pod_uid: str, container: str) -> str:
+    """That claim's UID (stable per container)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{pod_uid}/{container}"))
+
+
+def write_regions(root: Path, node: SimulatedNode, dra: bool = False) -> None:
+    """Write ``node``'s regions under ``root`` and remove those of containers that ended.
+
+    With ``dra`` the regions live under ``claims/<claimUID>/`` as HAMi-DRA keeps them.
+    """
+    wanted = set()
+    for (pod_uid, container), spec in region_specs(node).items():
+        if dra:
+            folder = root / "claims" / claim_uid(pod_uid, container)
+        else:
+            folder = root / "containers" / f"{pod_uid}_{container}"
+        wanted.add(folder)
+        write_region(folder / REGION_FILE, spec)
+    for kind in ("containers", "claims"):
+        base = root / kind
+        for folder in base.iterdir() if base.is_dir() else ():
+            if folder not in wanted:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def nvml_cards(node: SimulatedNode) -> list[FakeCard]:
+    """The node's cards as a fake NVML reports them."""
+    return [
+        FakeCard(
+            uuid=c.uuid,
+            name=c.name,
+            memory_total=c.memory_total,
+            memory_used=c.memory_used,
+            utilization=c.utilization,
+            memory_utilization=c.memory_controller_utilization,
+        )
+        for c in node.cards
+    ]
+
+
+def fake_nvml(node: SimulatedNode) -> FakeNvml:
+    """A fake NVML module showing ``node``'s cards; refresh it with :func:`sync_nvml`."""
+    return FakeNvml(nvml_cards(node))
+
+
+def sync_nvml(nvml: FakeNvml, node: SimulatedNode) -> None:
+    """Copy the node's current card readings into the fake NVML."""
+    nvml.cards = nvml_cards(node)
+
+
+class SimulatedDirectory:
+    """What the collector's pod watch would know of the simulated pods, current as pods churn.
+
+    Pods of the nodes named in ``dra`` use one ResourceClaim per container.
+    """
+
+    def __init__(self, nodes: Sequence[SimulatedNode], dra: Collection[str] = ()) -> None:
+        self._nodes = nodes
+        self._dra = dra
+        self._stamp: tuple[int, ...] | None = None
+        self._known = StaticDirectory({}, {})
+
+    def pod(self, uid: str) -> PodRef | None:
+        """The simulated pod with this UID."""
+        return self._current().pod(uid)
+
+    def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
+        """The simulated pod and container of a claim."""
+        return self._current().claim_owner(uid)
+
+    def _current(self) -> StaticDirectory:
+        stamp = tuple(node.revision for node in self._nodes)
+        if stamp != self._stamp:
+            self._known = self._build()
+            self._stamp = stamp
+        return self._known
+
+    def _build(self) -> StaticDirectory:
+        containers: dict[str, dict[str, str]] = {}
+        refs: dict[str, tuple[str, str, str]] = {}
+        claims: dict[str, Claim] = {}
+        for node in self._nodes:
+            for a in node.allocations:
+                refs[a.pod_uid] = (a.namespace, a.pod, node.name)
+                if node.name in self._dra:
+                    name = claim_name(a.pod, a.container)
+                    containers.setdefault(a.pod_uid, {})[name] = a.container
+                    claims[claim_uid(a.pod_uid, a.container)] = Claim(name, (a.pod_uid,))
+        pods = {
+            uid: PodRef(uid, namespace, pod, node, containers.get(uid, {}))
+            for uid, (namespace, pod, node) in refs.items()
+        }
+        return StaticDirectory(pods, claims)

@@ -1,0 +1,237 @@
+"""Pushed readings become exactly the series a HAMi v2.10 monitor would export."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from helpers import eventually, running_collector
+
+from agent.app import Sampler
+from agent.nvml import NvmlSampler
+from agent.payload import Payload
+from collector.demo.agents import SimulatedDirectory, fake_nvml, write_regions
+from collector.demo.monitors import MonitorFarm
+from collector.demo.run import write_targets
+from collector.demo.simulator import SeriesKey, SimulatedNode, build_cluster
+from collector.exposition.parse import parse, parse_series
+from collector.sources.pods import StaticDirectory
+from collector.sources.push import to_batch
+
+NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
+AGENT_EXTRAS = {"hami_host_gpu_temperature_celsius", "hami_host_gpu_power_usage_watts"}
+
+
+def snapshot(node: SimulatedNode, root: Path, dra: bool = False) -> Payload:
+    write_regions(root, node, dra=dra)
+    nvml = NvmlSampler(fake_nvml(node))
+    assert nvml.start()
+    return Sampler(node.name, [str(root)], None, nvml).snapshot()
+
+
+def canonical(series: dict[bytes, float], node: str) -> dict[SeriesKey, float]:
+    out = {}
+    for key, value in series.items():
+        name, labels = parse_series(key)
+        if name not in AGENT_EXTRAS:
+            out[(name, frozenset((*labels, ("node", node))))] = value
+    return out
+
+
+def expected(node: SimulatedNode, now: float) -> dict[SeriesKey, float]:
+    return {k: v for k, v in node.expected_canonical(now).items() if k[0] not in NOT_FROM_AGENTS}
+
+
+@pytest.mark.parametrize("dra", [False, True])
+def test_agent_readings_give_the_monitors_series(tmp_path: Path, dra: bool) -> None:
+    (node,) = build_cluster(1, seed=21, flavours=("hami",))
+    node.step(time.time())
+    payload = snapshot(node, tmp_path, dra)
+    directory = SimulatedDirectory([node], dra=[node.name] if dra else [])
+    batch, unowned = to_batch(payload, directory)
+    assert unowned == 0
+    assert canonical(batch.series, node.name) == expected(node, payload.time)
+    assert len(batch.series) > 200
+
+
+def test_regions_without_a_live_pod_are_dropped(tmp_path: Path) -> None:
+    (node,) = build_cluster(1, seed=22, flavours=("hami",))
+    payload = snapshot(node, tmp_path)
+    gone = node.allocations[0].pod_uid
+    full = SimulatedDirectory([node])
+    pods = {
+        uid: ref
+        for uid in {a.pod_uid for a in node.allocations}
+        if uid != gone and (ref := full.pod(uid))
+    }
+    batch, unowned = to_batch(payload, StaticDirectory(pods, {}))
+    assert unowned == len({a.container for a in node.allocations if a.pod_uid == gone})
+    assert not any(
+        b'pod="' + node.allocations[0].pod.encode() + b'"' in key for key in batch.series
+    )
+    elsewhere = StaticDirectory(
+        {
+            uid: type(ref)(ref.uid, ref.namespace, ref.name, "other-node")
+            for uid, ref in pods.items()
+        },
+        {},
+    )
+    assert to_batch(payload, elsewhere)[1] == len(payload.regions), (
+        "a pod on another node is not this node's"
+    )
+
+
+@pytest.fixture
+async def collector(tmp_path: Path) -> AsyncIterator[tuple[str, SimulatedNode, Path]]:
+    (node,) = build_cluster(1, seed=23, flavours=("hami",))
+    async with running_collector(
+        SimulatedDirectory([node]),
+        kubernetes=False,
+        push_auth="none",
+        stale_after=1.0,
+        push_max_inflight=1,
+    ) as (base, _):
+        yield base, node, tmp_path
+
+
+async def series_of(http: aiohttp.ClientSession, base: str, node: str) -> dict[SeriesKey, float]:
+    """The node's data series on /metrics, as the simulator's oracle keys them."""
+    async with http.get(f"{base}/metrics") as resp:
+        samples = parse(await resp.read()).samples
+    return {
+        (s.name, frozenset(s.labels)): s.value
+        for s in samples
+        if ("node", node) in s.labels and not s.name.startswith("hami_usage")
+    }
+
+
+def named(series: dict[SeriesKey, float], name: str) -> dict[SeriesKey, float]:
+    return {k: v for k, v in series.items() if k[0] == name}
+
+
+async def test_push_shows_on_metrics_then_goes_stale(
+    collector: tuple[str, SimulatedNode, Path],
+) -> None:
+    base, node, root = collector
+    payload = snapshot(node, root)
+    async with aiohttp.ClientSession() as http:
+        body = gzip.compress(payload.model_dump_json().encode())
+        async with http.post(
+            f"{base}/api/v1/push", data=body, headers={"Content-Encoding": "gzip"}
+        ) as resp:
+            assert resp.status == 204
+        got = await series_of(http, base, node.name)
+        assert {k: v for k, v in got.items() if k[0] not in AGENT_EXTRAS} == expected(
+            node, payload.time
+        )
+
+        async def gone() -> bool:
+            return not await series_of(http, base, node.name)
+
+        await eventually(gone, 5, "a silent agent's series to go stale")
+
+
+async def test_repeated_and_older_sequences_are_ignored(
+    collector: tuple[str, SimulatedNode, Path],
+) -> None:
+    base, node, root = collector
+    first = snapshot(node, root)
+    newer = first.model_copy(update={"sequence": 5, "cards": first.cards[:1]})
+    older = first.model_copy(update={"sequence": 4})
+    async with aiohttp.ClientSession() as http:
+        for payload in (newer, older, newer):
+            async with http.post(f"{base}/api/v1/push", data=payload.model_dump_json()) as resp:
+                assert resp.status == 204
+        hosts = named(await series_of(http, base, node.name), "hami_host_gpu_utilization_ratio")
+        assert len(hosts) == 1, (
+            "the older snapshot (all cards) did not replace the newer (one card)"
+        )
+        restarted = older.model_copy(update={"agent": "new-instance", "sequence": 0})
+        async with http.post(f"{base}/api/v1/push", data=restarted.model_dump_json()) as resp:
+            assert resp.status == 204
+        hosts = named(await series_of(http, base, node.name), "hami_host_gpu_utilization_ratio")
+        assert len(hosts) == len(first.cards), "a restarted agent starts its sequence again"
+
+
+async def test_bad_payloads_are_refused_with_details(
+    collector: tuple[str, SimulatedNode, Path],
+) -> None:
+    base, node, root = collector
+    good = json.loads(snapshot(node, root).model_dump_json())
+    good["regions"][0]["devices"][0]["memory_used"] = -1
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/v1/push", json=good) as resp:
+            assert resp.status == 400
+            answer = await resp.json()
+        assert answer["error"] == "invalid"
+        assert [d["field"] for d in answer["details"]] == ["regions.0.devices.0.memory_used"]
+        bomb = gzip.compress(b" " * (8 << 20))
+        async with http.post(
+            f"{base}/api/v1/push", data=bomb, headers={"Content-Encoding": "gzip"}
+        ) as resp:
+            assert resp.status == 413
+        assert not await series_of(http, base, node.name), (
+            "nothing from a refused payload is stored"
+        )
+
+
+async def test_overload_answers_429_with_retry_after(
+    collector: tuple[str, SimulatedNode, Path],
+) -> None:
+    base, node, root = collector
+    body = snapshot(node, root).model_dump_json().encode()
+    release = asyncio.Event()
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield body[:10]
+        await release.wait()
+        yield body[10:]
+
+    async with aiohttp.ClientSession() as http:
+        holder = asyncio.create_task(http.post(f"{base}/api/v1/push", data=slow()))
+        await asyncio.sleep(0.3)
+        async with http.post(f"{base}/api/v1/push", data=body) as resp:
+            assert resp.status == 429
+            assert resp.headers["Retry-After"] == "1"
+        release.set()
+        async with await holder as resp:
+            assert resp.status == 204
+
+
+async def test_an_agent_outranks_the_nodes_monitor(tmp_path: Path) -> None:
+    (node,) = build_cluster(1, seed=24, flavours=("hami",))
+    async with MonitorFarm([node]) as farm:
+        write_targets(tmp_path / "t.json", farm)
+        async with (
+            running_collector(
+                SimulatedDirectory([node]),
+                kubernetes=False,
+                push_auth="none",
+                targets_file=tmp_path / "t.json",
+                interval=0.3,
+                timeout=0.2,
+            ) as (base, _),
+            aiohttp.ClientSession() as http,
+        ):
+            await eventually(lambda: _has(http, base, node.name), 10, "scraped series")
+            payload = snapshot(node, tmp_path / "agent")
+            card = payload.cards[0].model_copy(update={"utilization": 99.0})
+            pushed = payload.model_copy(update={"cards": [card, *payload.cards[1:]]})
+            async with http.post(f"{base}/api/v1/push", data=pushed.model_dump_json()) as resp:
+                assert resp.status == 204
+            await asyncio.sleep(0.7)
+            util = named(await series_of(http, base, node.name), "hami_host_gpu_utilization_ratio")
+            first_card = [v for (_, labels), v in util.items() if ("device_index", "0") in labels]
+            assert first_card == [99.0], (
+                "the agent's reading wins over the monitor's for the same series"
+            )
+
+
+async def _has(http: aiohttp.ClientSession, base: str, node: str) -> bool:
+    return bool(await series_of(http, base, node))
