@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
-from collector.cli import load_settings, main, parser
+from collector.cli import ENV_PREFIX, main, parser
+from collector.config import load_settings
+from agent.settings import AgentSettings
 from collector.settings import CollectorSettings
 
 
@@ -62,10 +64,9 @@ def test_precedence_flags_over_env_over_file(
     )
     monkeypatch.setenv("HAMI_COLLECTOR_INTERVAL", "20")
     monkeypatch.setenv("HAMI_COLLECTOR_FLAVOURS", "hami,kai")
-    args = vars(parser().parse_args(["serve", "--timeout", "7"]))
+    args = vars(parser().parse_args(["serve", "--timeout", "7", "--config", str(config)]))
     args.pop("command")
-    args.pop("config")
-    settings = load_settings(args, config)
+    settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     assert settings.interval == 20, "env beats the file"
     assert settings.timeout == 7, "flags beat env and file"
     assert settings.namespaces == ["kube-system"]
@@ -139,9 +140,10 @@ def test_serve_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_the_readme_documents_every_setting() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert readme.lstrip().startswith("# hami-usage-collector\n\n```sh\nmake run")
-    for name in CollectorSettings.model_fields:
-        assert f"`--{name.replace('_', '-')}`" in readme, name
-        assert f"`HAMI_COLLECTOR_{name.upper()}`" in readme, name
+    for prefix, model in (("HAMI_COLLECTOR_", CollectorSettings), ("HAMI_AGENT_", AgentSettings)):
+        for name in model.model_fields:
+            assert f"`--{name.replace('_', '-')}`" in readme, name
+            assert f"`{prefix}{name.upper()}`" in readme, name
 
 
 def test_no_kubernetes_configuration_is_a_clear_start_error(tmp_path: Path) -> None:

@@ -6,13 +6,21 @@ these, so the agent path is exercised end to end without a GPU.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+import aiohttp
+
+from agent.app import Sampler
 from agent.fakenvml import FakeCard, FakeNvml
+from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
+from agent.push import Backlog, Pusher
+from collector.app import owned
 from collector.demo.simulator import Allocation, SimulatedNode
 from collector.sources.pods import Claim, PodRef, StaticDirectory
 
@@ -146,3 +154,27 @@ class SimulatedDirectory:
             for uid, (namespace, pod, node) in refs.items()
         }
         return StaticDirectory(pods, claims)
+
+
+async def run_agent(
+    node: SimulatedNode,
+    root: Path,
+    dra: bool,
+    collector: str,
+    token: Callable[[], str | None],
+    interval: float,
+) -> None:
+    """The real agent's sampler and pusher on a simulated node, until cancelled."""
+    nvml_module = fake_nvml(node)
+    nvml = NvmlSampler(nvml_module)
+    nvml.start()
+    sampler = Sampler(node.name, [str(root)], None, nvml)
+    async with aiohttp.ClientSession() as session:
+        pusher = Pusher(session, collector, token, Backlog(600, 8 << 20))
+        async with owned(pusher.run(), f"push {node.name}"):
+            while True:
+                node.step(time.time())
+                write_regions(root, node, dra)
+                sync_nvml(nvml_module, node)
+                pusher.submit(await asyncio.to_thread(sampler.snapshot))
+                await asyncio.sleep(interval)

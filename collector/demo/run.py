@@ -1,26 +1,33 @@
 """``hami-collector demo``: the collector on a simulated cluster, no Kubernetes needed.
 
-Simulated monitors of every flavour serve on loopback addresses; a file_sd
-targets file points the real collector at them, as an operator's would.
+Simulated monitors of every flavour serve on loopback addresses, and a file_sd
+targets file points the real collector at them, as an operator's would. Node
+agents (the real agent code on simulated region files and a fake NVML) push
+for two HAMi-DRA nodes, which have no monitor at all, and for the first HAMi
+node, where their readings outrank the monitor's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
 
 from collector import logs
-from collector.app import build_app
+from collector.app import build_app, owned
 from collector.config import parse_listen
+from collector.demo.agents import SimulatedDirectory, run_agent
 from collector.demo.monitors import MonitorFarm
 from collector.demo.simulator import SimulatedNode, build_cluster
 from collector.settings import CollectorSettings
 
 DEMO_FLAVOURS = ("hami", "hami-legacy", "volcano", "kai")
+DRA_NODES = 2
 
 
 def collector_flavour(simulated: str) -> str:
@@ -54,28 +61,52 @@ def farm_context(
     return farm
 
 
+def agents_context(
+    agents: Sequence[tuple[SimulatedNode, bool]], root: Path, collector: str, token: str, interval: float
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context running one simulated agent per ``(node, dra)``."""
+
+    async def agents_running(app: web.Application) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for node, dra in agents:
+                agent = run_agent(node, root / node.name, dra, collector, lambda: token, interval)
+                await stack.enter_async_context(owned(agent, f"agent {node.name}"))
+            yield
+
+    return agents_running
+
+
 def run_demo(listen: str, nodes: int, interval: float) -> int:
     """Serve the demo until interrupted."""
     logs.setup("text", "info")
     host, port = parse_listen(listen)
-    cluster = build_cluster(nodes, seed=1, flavours=DEMO_FLAVOURS)
-    flaky = cluster[-1].name if nodes > 1 else None
+    cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=DEMO_FLAVOURS)
+    monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
+    flaky = monitored[-1].name if nodes > 1 else None
+    agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]
+    base = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
     with tempfile.TemporaryDirectory(prefix="hami-demo-") as tmp:
         targets_file = Path(tmp) / "targets.json"
+        token = secrets.token_hex(16)
+        (Path(tmp) / "push-token").write_text(token)
         settings = CollectorSettings(
             listen=listen,
             kubernetes=False,
             targets_file=targets_file,
             interval=interval,
             timeout=min(interval, 2.0),
+            push_auth="token",
+            push_token_file=Path(tmp) / "push-token",
         )
-        app = build_app(settings)
-        app.cleanup_ctx.insert(0, farm_context(cluster, targets_file, flaky))
-        base = f"http://{host}:{port}"
+        directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes])
+        app = build_app(settings, directory)
+        app.cleanup_ctx.insert(0, farm_context(monitored, targets_file, flaky))
+        app.cleanup_ctx.append(agents_context(agents, Path(tmp) / "agents", base, token, interval))
 
         def announce(_: str) -> None:
-            kinds = ", ".join(f"{n.name} ({n.flavour})" for n in cluster)
-            print(f"Simulated nodes: {kinds}; flaky: {flaky or 'none'}")
+            kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
+            print(f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}")
+            print(f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}")
             print(f"Scrape target (whole cluster): {base}/metrics")
             print(f"Health: {base}/healthz  Readiness: {base}/readyz")
             print("Ctrl-C stops the demo.", flush=True)
