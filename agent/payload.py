@@ -26,7 +26,9 @@ class Card(_Strict):
     memory_used: int | None = Field(None, ge=0, description="bytes")
     memory_total: int | None = Field(None, ge=0, description="bytes")
     utilization: float | None = Field(None, ge=0, description="GPU core utilisation, 0-100")
-    memory_utilization: float | None = Field(None, ge=0, description="memory controller utilisation, 0-100")
+    memory_utilization: float | None = Field(
+        None, ge=0, description="memory controller utilisation, 0-100"
+    )
     temperature: float | None = Field(None, description="degrees Celsius")
     power: float | None = Field(None, ge=0, description="watts")
 
@@ -51,7 +53,9 @@ class Region(_Strict):
     container: str | None = Field(None, min_length=1, max_length=253)
     claim_uid: str | None = Field(None, min_length=1, max_length=64)
     devices: list[Device] = Field(max_length=16)
-    last_kernel_time: int | None = Field(None, ge=0, description="epoch seconds; None if no kernel ran")
+    last_kernel_time: int | None = Field(
+        None, ge=0, description="epoch seconds; None if no kernel ran"
+    )
 
     @model_validator(mode="after")
     def _keyed_once(self) -> Region:
@@ -67,7 +71,9 @@ class Payload(_Strict):
 
     version: Literal[1] = 1
     node: str = Field(min_length=1, max_length=253)
-    agent: str = Field(min_length=1, max_length=64, description="agent instance id, new at each start")
+    agent: str = Field(
+        min_length=1, max_length=64, description="agent instance id, new at each start"
+    )
     sequence: int = Field(ge=0)
     time: float = Field(gt=0, description="when the snapshot was taken, epoch seconds")
     nvml: bool = Field(description="whether NVML was available for this snapshot")

@@ -26,16 +26,26 @@ from agent.push import Backlog, Pusher, Queued
 GIB = 1 << 30
 
 
-def region_spec(uuids: list[str], used: int, sm: int = 30, last_kernel: int = 1_900_000_000) -> RegionSpec:
+def region_spec(
+    uuids: list[str], used: int, sm: int = 30, last_kernel: int = 1_900_000_000
+) -> RegionSpec:
     procs = [
-        ProcSlot(pid=1, used=[(1, 2, used - 3 - 0, 0, used)] * len(uuids), device_util=[(0, 0, sm)] * len(uuids)),
+        ProcSlot(
+            pid=1,
+            used=[(1, 2, used - 3 - 0, 0, used)] * len(uuids),
+            device_util=[(0, 0, sm)] * len(uuids),
+        ),
         ProcSlot(pid=2, used=[(0, 0, 5, 0, 5)] * len(uuids), status=0),
     ]
-    return RegionSpec(uuids=uuids, limits=[4 * GIB] * len(uuids), procs=procs, last_kernel_time=last_kernel)
+    return RegionSpec(
+        uuids=uuids, limits=[4 * GIB] * len(uuids), procs=procs, last_kernel_time=last_kernel
+    )
 
 
 def test_regions_become_payload_regions(tmp_path: Path) -> None:
-    write_region(tmp_path / "containers" / "uid-1_cuda" / "a.cache", region_spec(["GPU-a", "GPU-b"], 1000))
+    write_region(
+        tmp_path / "containers" / "uid-1_cuda" / "a.cache", region_spec(["GPU-a", "GPU-b"], 1000)
+    )
     write_region(tmp_path / "claims" / "claim-9" / "b.cache", region_spec(["GPU-c"], 7000, sm=55))
     by_key = {(r.pod_uid, r.container, r.claim_uid): r for r in regions(scan([tmp_path]))}
     pod = by_key[("uid-1", "cuda", None)]
@@ -124,7 +134,12 @@ class FakeCollector:
 async def pushing(collector: FakeCollector) -> AsyncIterator[Pusher]:
     async with aiohttp.ClientSession() as session:
         pusher = Pusher(
-            session, f"http://127.0.0.1:{collector.port}", lambda: "secret", Backlog(600, 1 << 20), 2.0, (0.01, 0.05)
+            session,
+            f"http://127.0.0.1:{collector.port}",
+            lambda: "secret",
+            Backlog(600, 1 << 20),
+            2.0,
+            (0.01, 0.05),
         )
         task = asyncio.create_task(pusher.run())
         try:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
+from agent.settings import AgentSettings
 from collector.cli import ENV_PREFIX, main, parser
 from collector.config import load_settings
-from agent.settings import AgentSettings
 from collector.settings import CollectorSettings
 
 

@@ -62,7 +62,11 @@ def farm_context(
 
 
 def agents_context(
-    agents: Sequence[tuple[SimulatedNode, bool]], root: Path, collector: str, token: str, interval: float
+    agents: Sequence[tuple[SimulatedNode, bool]],
+    root: Path,
+    collector: str,
+    token: str,
+    interval: float,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup context running one simulated agent per ``(node, dra)``."""
 
@@ -106,7 +110,9 @@ def run_demo(listen: str, nodes: int, interval: float) -> int:
         def announce(_: str) -> None:
             kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
             print(f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}")
-            print(f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}")
+            print(
+                f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}"
+            )
             print(f"Scrape target (whole cluster): {base}/metrics")
             print(f"Health: {base}/healthz  Readiness: {base}/readyz")
             print("Ctrl-C stops the demo.", flush=True)
