@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from collector import schema
+from collector.history import History
 from collector.normalise import Batch
 
 
@@ -51,20 +52,25 @@ class NodeView:
 class Store:
     """Keeps per node, per source, the latest good batch; forgets what is gone."""
 
-    def __init__(self, stale_after: float) -> None:
+    def __init__(self, stale_after: float, history: History | None = None) -> None:
         self.stale_after = stale_after
+        self.history = history or History()
         self.generation = 0
         self._nodes: dict[str, dict[str, Held]] = {}
         self._node_of: dict[str, str] = {}
         self._views: dict[str, NodeView] = {}
 
-    def put(self, source: Source, batch: Batch, at: float) -> None:
-        """Replace ``source``'s batch: series absent from it vanish at once."""
+    def put(self, source: Source, batch: Batch, at: float, sampled: float | None = None) -> None:
+        """Replace ``source``'s batch: series absent from it vanish at once.
+
+        ``at`` is the monotonic arrival time (for staleness); ``sampled`` the wall
+        time the readings were taken, for the history (default: now).
+        """
         if self._node_of.get(source.id, source.node) != source.node:
             self._forget(source.id)
         self._nodes.setdefault(source.node, {})[source.id] = Held(source, batch, at)
         self._node_of[source.id] = source.node
-        self._changed(source.node)
+        self._changed(source.node, sampled)
 
     def remove(self, source_id: str) -> None:
         """Forget a source that is gone (pod deleted, not Ready); its series vanish."""
@@ -119,6 +125,8 @@ class Store:
             del self._nodes[node]
         self._changed(node)
 
-    def _changed(self, node: str) -> None:
+    def _changed(self, node: str, sampled: float | None = None) -> None:
         self.generation += 1
         self._views.pop(node, None)
+        view = self.view(node)
+        self.history.record(node, view.series if view else {}, sampled)
