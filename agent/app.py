@@ -92,6 +92,8 @@ class Sampler:
         self.duration = Gauge(
             "hami_agent_snapshot_seconds", "How long the latest snapshot took.", registry=r
         )
+        taken = Gauge("hami_agent_snapshots", "Snapshots taken since the agent started.", registry=r)
+        taken.set_function(lambda: self.sequence)
 
     def snapshot(self) -> Payload:
         """Read everything once; errors are counted, never raised."""

@@ -11,7 +11,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 """Prometheus' staleness marker: a NaN with its own bit pattern, meaning "the series ended here"."""
@@ -80,3 +80,14 @@ class Queryable(Protocol):
         self, name: str, matchers: Sequence[Matcher], start: float, end: float
     ) -> set[str]:
         """Values of label ``name`` among the matching series with points in the window."""
+
+
+_OPS: dict[str, Op] = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
+
+
+def selector_matchers(selector: Any) -> list[Matcher]:
+    """The matchers of a promql_parser ``VectorSelector``, its metric name included."""
+    found = [Matcher.of(m.name, _OPS[str(m.op).removeprefix("MatchOp.")], m.value) for m in selector.matchers.matchers]
+    if selector.name:
+        found.insert(0, Matcher.of("__name__", "=", selector.name))
+    return found

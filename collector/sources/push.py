@@ -182,7 +182,7 @@ class PushReceiver:
             "agent",
             self._config.priority,
         )
-        self._store.put(source, batch, time.monotonic())
+        self._store.put(source, batch, time.monotonic(), sampled=payload.time)
         self._metrics.pushed(source, batch, unowned, payload.time)
         return web.Response(status=204)
 
