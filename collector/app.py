@@ -186,6 +186,7 @@ def _authenticator(
             settings.push_audience,
             settings.push_service_accounts,
             pods,
+            settings.kube_request_timeout,
         )
     if mode == "token" and settings.push_token_file is not None:
         return SharedToken(settings.push_token_file)

@@ -1,10 +1,11 @@
-"""A small fake kube-apiserver that speaks the real HTTP wire protocol for pods.
+"""A small fake kube-apiserver that speaks the real HTTP wire protocol.
 
 Why a real HTTP server rather than mocks: the discovery code talks to Kubernetes through
 kubernetes_asyncio, whose watch machinery (chunked newline-delimited JSON, ERROR events,
 410 handling, request timeouts, stream end on server close) is exactly what we need to
 exercise. Mocking the client would test our assumptions about the library instead of
-the library itself. Only pods are served, only on loopback, and every wait is bounded.
+the library itself. Served: list/watch of pods and of ResourceClaims (resource.k8s.io/v1),
+and TokenReviews of bound service-account tokens; only on loopback, every wait bounded.
 """
 
 from __future__ import annotations
@@ -75,8 +76,29 @@ def _event(kind: str, obj: JSON) -> JSON:
     return {"type": kind, "object": obj}
 
 
-def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
-    return pod["metadata"]["namespace"], pod["metadata"]["name"]
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """A served resource: its collection URL is ``{prefix}[/namespaces/{ns}]/{plural}``."""
+
+    kind: str
+    api_version: str
+    plural: str
+    prefix: str
+
+
+PODS = _Kind("Pod", "v1", "pods", "/api/v1")
+CLAIMS = _Kind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", "/apis/resource.k8s.io/v1")
+_KINDS = {k.plural: k for k in (PODS, CLAIMS)}
+_DISCOVERY = {  # group version -> (plural, kind, namespaced, verbs) of /apis/{group}/{version}
+    CLAIMS.api_version: [(CLAIMS.plural, CLAIMS.kind, True, ["get", "list", "watch"])],
+    "authentication.k8s.io/v1": [("tokenreviews", "TokenReview", False, ["create"])],
+}
+_AUDIENCE = "hami-usage-collector"
+_EXTRA = "authentication.kubernetes.io/"
 
 
 def make_pod(
@@ -130,29 +152,67 @@ def make_pod(
     }
 
 
+def make_claim(
+    name: str,
+    namespace: str = "default",
+    uid: str | None = None,
+    reserved_for: list[JSON] | None = None,
+) -> JSON:
+    """Build an allocated ResourceClaim reserved for ``reserved_for`` pods, in order."""
+    consumers = [
+        {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+        for p in reserved_for or []
+    ]
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return {
+        "kind": CLAIMS.kind,
+        "apiVersion": CLAIMS.api_version,
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())}
+        | {"resourceVersion": "", "creationTimestamp": _T0},
+        "spec": {"devices": {"requests": [request]}},
+        "status": {"reservedFor": consumers},
+    }
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A bound service-account token as the apiserver would validate it."""
+
+    pod: tuple[str, str, str]  # namespace, name, uid
+    node: str
+    service_account: str
+    audiences: tuple[str, ...]
+    with_node: bool
+    expired: bool
+
+
 @dataclass(frozen=True)
 class _Change:
     """One history entry; `old`/`new` let each watch decide ADDED/MODIFIED/DELETED itself."""
 
     rv: int
+    kind: _Kind
     old: JSON | None
     new: JSON | None
 
 
 @dataclass(eq=False)
 class _Watch:
+    kind: _Kind
     namespace: str | None
     selector: _Terms
     bookmarks: bool
     queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
 
-    def wants(self, pod: JSON | None) -> bool:
-        if pod is None or (self.namespace and pod["metadata"]["namespace"] != self.namespace):
+    def wants(self, obj: JSON | None) -> bool:
+        if obj is None or (self.namespace and obj["metadata"]["namespace"] != self.namespace):
             return False
-        return _labels_match(pod["metadata"].get("labels") or {}, self.selector)
+        return _labels_match(obj["metadata"].get("labels") or {}, self.selector)
 
     def translate(self, ch: _Change) -> JSON | None:
         """Per-watch event type, as the watch cache does: leaving the selector is DELETED."""
+        if ch.kind is not self.kind:
+            return None
         was, now = self.wants(ch.old), self.wants(ch.new)
         kind = {(True, True): "MODIFIED", (False, True): "ADDED", (True, False): "DELETED"}
         if (was, now) not in kind:
@@ -161,7 +221,11 @@ class _Watch:
 
 
 class FakeKube:
-    """In-process fake kube-apiserver serving GET list/watch of pods over plain HTTP."""
+    """In-process fake kube-apiserver: list/watch of pods and claims, TokenReviews.
+
+    Every kind shares one resourceVersion counter, one history and one compaction
+    point, as they share etcd on a real cluster.
+    """
 
     def __init__(self) -> None:
         self.token = secrets.token_hex(8)
@@ -169,7 +233,10 @@ class FakeKube:
         self.gone_as_http_status = False
         self.watches_started = 0
         self.base_url = ""
-        self._pods: dict[tuple[str, str], JSON] = {}
+        self.token_reviews = 0
+        self.token_review_delay = 0.0  # seconds each review takes: a slow or hung apiserver
+        self._objects: dict[_Kind, dict[tuple[str, str], JSON]] = {k: {} for k in _KINDS.values()}
+        self._tokens: dict[str, _Token] = {}
         self._history: list[_Change] = []
         self._rv = 1
         self._compacted = 0
@@ -187,8 +254,14 @@ class FakeKube:
         app = web.Application(middlewares=[self._gate])
         app.router.add_get("/api", self._api)
         app.router.add_get("/version", self._version)
-        app.router.add_get("/api/v1/pods", self._pods_handler)
-        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._pods_handler)
+        for k in _KINDS.values():
+            app.router.add_get(f"{k.prefix}/{{plural:{k.plural}}}", self._collection)
+            app.router.add_get(
+                f"{k.prefix}/namespaces/{{ns}}/{{plural:{k.plural}}}", self._collection
+            )
+        app.router.add_get("/apis/{group}/{version}", self._resources)
+        app.router.add_get("/apis/{group}/{version}/", self._resources)  # the client's form
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
         # handler_cancellation: a client hanging up must end its watch handler promptly.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
         await self._runner.setup()
@@ -229,34 +302,69 @@ class FakeKube:
     def resource_version(self) -> str:
         return str(self._rv)
 
-    def _record(self, old: JSON | None, new: JSON | None) -> JSON:
+    def _record(self, kind: _Kind, old: JSON | None, new: JSON | None) -> JSON:
         """Bump the global resourceVersion, stamp it, store, and tell the watches."""
         self._rv += 1
         obj = copy.deepcopy(new or old or {})
         obj["metadata"]["resourceVersion"] = str(self._rv)
         if new is not None:
-            self._pods[_key(obj)] = obj
-            change = _Change(self._rv, old, obj)
+            self._objects[kind][_key(obj)] = obj
+            change = _Change(self._rv, kind, old, obj)
         else:  # the DELETED object carries the deletion's resourceVersion, as in Kubernetes
-            del self._pods[_key(obj)]
-            change = _Change(self._rv, obj, None)
+            del self._objects[kind][_key(obj)]
+            change = _Change(self._rv, kind, obj, None)
         self._history.append(change)
         self._broadcast("change", change)
         return copy.deepcopy(obj)
 
+    def _add(self, kind: _Kind, obj: JSON) -> JSON:
+        if _key(obj) in self._objects[kind]:
+            raise ValueError(f"{kind.plural} {_key(obj)} already exists")
+        return self._record(kind, None, obj)
+
     def add_pod(self, pod: JSON) -> JSON:
         """Create a pod; returns the stored copy with its resourceVersion."""
-        if _key(pod) in self._pods:
-            raise ValueError(f"pod {_key(pod)} already exists")
-        return self._record(None, pod)
+        return self._add(PODS, pod)
 
     def modify_pod(self, pod: JSON) -> JSON:
         """Replace an existing pod (by namespace/name)."""
-        return self._record(self._pods[_key(pod)], pod)
+        return self._record(PODS, self._objects[PODS][_key(pod)], pod)
 
     def delete_pod(self, namespace: str, name: str) -> JSON:
         """Delete a pod; returns its final state."""
-        return self._record(self._pods[namespace, name], None)
+        return self._record(PODS, self._objects[PODS][namespace, name], None)
+
+    def add_claim(self, claim: JSON) -> JSON:
+        """Create a ResourceClaim; returns the stored copy with its resourceVersion."""
+        return self._add(CLAIMS, claim)
+
+    def modify_claim(self, claim: JSON) -> JSON:
+        """Replace an existing ResourceClaim (by namespace/name)."""
+        return self._record(CLAIMS, self._objects[CLAIMS][_key(claim)], claim)
+
+    def delete_claim(self, namespace: str, name: str) -> JSON:
+        """Delete a ResourceClaim; returns its final state."""
+        return self._record(CLAIMS, self._objects[CLAIMS][namespace, name], None)
+
+    def issue_token(
+        self,
+        pod: JSON,
+        service_account: str,
+        audiences: tuple[str, ...] = (_AUDIENCE,),
+        with_node: bool = True,
+        expired: bool = False,
+    ) -> str:
+        """Mint a projected token bound to ``pod`` for ``service_account`` in its namespace.
+
+        It is valid while a pod of that namespace, name and UID exists (checked at review
+        time, as the apiserver does); ``with_node`` adds the node-name extra of 1.30+.
+        """
+        meta = pod["metadata"]
+        ref = (meta["namespace"], meta["name"], meta["uid"])
+        node = pod["spec"].get("nodeName") or ""
+        token = "fake-sa." + secrets.token_urlsafe(24)  # opaque: nothing relies on JWT parts
+        self._tokens[token] = _Token(ref, node, service_account, audiences, with_node, expired)
+        return token
 
     def compact(self) -> None:
         """Forget history up to now, like etcd compaction: older resume points get 410."""
@@ -270,10 +378,7 @@ class FakeKube:
 
     def send_bookmarks(self) -> None:
         """BOOKMARK at the current resourceVersion to watches that allowed bookmarks."""
-        meta = {"resourceVersion": str(self._rv)}
-        self._broadcast(
-            "bookmark", _event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": meta})
-        )
+        self._broadcast("bookmark", str(self._rv))
 
     def set_down(self, down: bool) -> None:
         """While down every request gets 503 and open watches are closed."""
@@ -327,20 +432,76 @@ class FakeKube:
     async def _version(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
 
-    async def _pods_handler(self, request: web.Request) -> web.StreamResponse:
-        q = request.query
+    async def _resources(self, request: web.Request) -> web.StreamResponse:
+        """Minimal discovery of a group version: the resources served under it."""
+        gv = f"{request.match_info['group']}/{request.match_info['version']}"
+        if gv not in _DISCOVERY:
+            return _error(404, "NotFound", "the server could not find the requested resource")
+        resources = [
+            {"name": n, "singularName": "", "namespaced": ns, "kind": k, "verbs": v}
+            for n, k, ns, v in _DISCOVERY[gv]
+        ]
+        body = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv}
+        return web.json_response(body | {"resources": resources})
+
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
+        kind, q = _KINDS[request.match_info["plural"]], request.query
         try:
             selector = _parse_selector(q.get("labelSelector", ""))
         except ValueError as e:
             return _error(400, "BadRequest", str(e))
-        w = _Watch(request.match_info.get("ns"), selector, q.get("allowWatchBookmarks") in _TRUE)
+        bookmarks = q.get("allowWatchBookmarks") in _TRUE
+        w = _Watch(kind, request.match_info.get("ns"), selector, bookmarks)
         if q.get("watch") in _TRUE:
             return await self._serve_watch(request, w)
-        items = [p for _, p in sorted(self._pods.items()) if w.wants(p)]
+        items = [o for _, o in sorted(self._objects[kind].items()) if w.wants(o)]
         meta = {"resourceVersion": str(self._rv)}
-        return web.json_response(
-            {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+        head = {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": meta}
+        return web.json_response(head | {"items": items})
+
+    async def _token_review(self, request: web.Request) -> web.StreamResponse:
+        """Review a token like kube-apiserver: 201 with the verdict in ``status``."""
+        self.token_reviews += 1
+        await asyncio.sleep(self.token_review_delay)
+        try:
+            spec = (await request.json())["spec"]
+            token, wanted = spec.get("token") or "", list(spec.get("audiences") or [])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return _error(400, "BadRequest", "the body is not a TokenReview")
+        if not token:
+            return _error(400, "BadRequest", "token is required for TokenReview in authentication")
+        head = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1"}
+        answer = head | {"metadata": {"creationTimestamp": None}, "spec": spec}
+        return web.json_response(answer | {"status": self._review(token, wanted)}, status=201)
+
+    def _review(self, token: str, wanted: list[str]) -> JSON:
+        """A TokenReviewStatus. A refusal omits ``authenticated`` (Go's omitempty on false)
+        and says why in ``error``, except for a token nobody issued; an accepted token is
+        good for the audiences it shares with those asked (all its own if none were)."""
+        t = self._tokens.get(token)
+        if t is None:
+            return {"user": {}}
+        common = [a for a in t.audiences if not wanted or a in wanted]
+        ns, name, uid = t.pod
+        live = self._objects[PODS].get((ns, name))
+        if not common:
+            error = f"token audiences {_go_q(t.audiences)} is invalid for the target audiences {_go_q(wanted)}"
+            return {"user": {}, "error": error}
+        if t.expired:
+            return {"user": {}, "error": "service account token has expired"}
+        if live is None or live["metadata"]["uid"] != uid:
+            return {"user": {}, "error": "service account token has been invalidated"}
+        extra = {"pod-name": [name], "pod-uid": [uid]} | (
+            {"node-name": [t.node]} if t.with_node else {}
         )
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+        user = {
+            "username": f"system:serviceaccount:{ns}:{t.service_account}",
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"sa:{ns}/{t.service_account}")),
+            "groups": groups,
+            "extra": {_EXTRA + k: v for k, v in extra.items()},
+        }
+        return {"authenticated": True, "user": user, "audiences": common}
 
     async def _serve_watch(self, request: web.Request, w: _Watch) -> web.StreamResponse:
         rv_param = request.query.get("resourceVersion", "")
@@ -349,7 +510,8 @@ class FakeKube:
         backlog: list[JSON] = []
         ending = False
         if rv_param in ("", "0"):  # synthetic ADDED for the current state, then live events
-            backlog = [_event("ADDED", p) for _, p in sorted(self._pods.items()) if w.wants(p)]
+            objects = sorted(self._objects[w.kind].items())
+            backlog = [_event("ADDED", o) for _, o in objects if w.wants(o)]
         elif not rv_param.isdigit():
             return _error(400, "BadRequest", f"invalid resourceVersion {rv_param!r}")
         elif int(rv_param) < self._compacted:
@@ -380,7 +542,10 @@ class FakeKube:
                     if kind == "change" and (e := w.translate(arg)):
                         backlog.append(e)
                     elif kind == "bookmark" and w.bookmarks:
-                        backlog.append(arg)
+                        head = {"kind": w.kind.kind, "apiVersion": w.kind.api_version}
+                        backlog.append(
+                            _event("BOOKMARK", head | {"metadata": {"resourceVersion": arg}})
+                        )
                     elif kind == "expire":
                         msg = f"too old resource version: {rv_param or 0} ({self._rv})"
                         backlog.append(_event("ERROR", _status(410, "Expired", msg)))
@@ -391,3 +556,8 @@ class FakeKube:
             self._watches.discard(w)
             self._watch_changed.set()
         return resp
+
+
+def _go_q(values: Any) -> str:
+    """A string list as Go's %q prints it: ["a" "b"]."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"

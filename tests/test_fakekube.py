@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekube import JSON, FakeKube, make_pod
+from fakekube import JSON, FakeKube, make_claim, make_pod
 from kubernetes_asyncio import config, watch
-from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+from kubernetes_asyncio.client import (
+    ApiClient,
+    AuthenticationV1Api,
+    Configuration,
+    CoreV1Api,
+    ResourceV1Api,
+    V1TokenReview,
+    V1TokenReviewSpec,
+)
 from kubernetes_asyncio.client.exceptions import ApiException
 
 SEL = "app.kubernetes.io/name=hami-monitor"
@@ -310,3 +318,143 @@ async def test_request_timeout_number_is_total_not_idle(fake: FakeKube, v1: Any)
         await watch_events(v1, None, _request_timeout=0.8, **kw)
     assert len(await watch_events(v1, None, _request_timeout=(5, 0.8), **kw)) > 5
     await ticker
+
+
+# -- ResourceClaims and TokenReviews ----------------------------------------------------
+
+
+@pytest.fixture
+async def api(fake: FakeKube, tmp_path: Path) -> AsyncIterator[ApiClient]:
+    path = tmp_path / "kubeconfig"
+    fake.write_kubeconfig(path)
+    cfg = Configuration()
+    await config.load_kube_config(config_file=str(path), client_configuration=cfg)
+    async with ApiClient(cfg) as client:
+        yield client
+
+
+async def test_claims_list(fake: FakeKube, api: ApiClient) -> None:
+    pod = fake.add_pod(make_pod("w", namespace="ml"))
+    fake.add_claim(make_claim("c1", "ml", uid="claim-1", reserved_for=[pod]))
+    fake.add_claim(make_claim("c2", "other"))
+    res: Any = ResourceV1Api(api)  # Any: _preload_content=False changes the return type
+    resp = await res.list_resource_claim_for_all_namespaces(_preload_content=False)
+    async with resp:
+        body = json.loads(await resp.read())
+    assert (body["kind"], body["apiVersion"]) == ("ResourceClaimList", "resource.k8s.io/v1")
+    assert body["metadata"]["resourceVersion"] == fake.resource_version
+    assert [c["metadata"]["name"] for c in body["items"]] == ["c1", "c2"]
+    ref = body["items"][0]["status"]["reservedFor"]
+    assert ref == [{"resource": "pods", "name": "w", "uid": pod["metadata"]["uid"]}]
+    resp = await res.list_namespaced_resource_claim("ml", _preload_content=False)
+    async with resp:
+        assert [c["metadata"]["uid"] for c in json.loads(await resp.read())["items"]] == ["claim-1"]
+    found = await res.get_api_resources(_request_timeout=5)
+    assert [r.name for r in found.resources] == ["resourceclaims"]
+    typed = await res.list_resource_claim_for_all_namespaces(_request_timeout=5)
+    assert typed.items[0].status.reserved_for[0].uid == pod["metadata"]["uid"]  # models accept it
+    # Library behaviour worth knowing: a typed Watch of claims fails in kubernetes_asyncio 36
+    # (it derives the class name V1ResourceClaim, which is ResourceV1ResourceClaim there), so
+    # claims are watched raw, with Watch(return_type="object").
+    with pytest.raises(AttributeError, match="V1ResourceClaim"):
+        async with (
+            asyncio.timeout(5),
+            watch.Watch().stream(
+                res.list_resource_claim_for_all_namespaces, timeout_seconds=1
+            ) as stream,
+        ):
+            await anext(aiter(stream))
+
+
+async def test_claims_watch_shares_versions_with_pods(fake: FakeKube, api: ApiClient) -> None:
+    res, core = ResourceV1Api(api), CoreV1Api(api)
+    rv = fake.resource_version
+    kw: dict[str, Any] = {"resource_version": rv, "timeout_seconds": 5, "_request_timeout": 10}
+
+    async def events(call: Any, n: int, **more: Any) -> list[JSON]:
+        got: list[JSON] = []
+        w = watch.Watch(return_type="object")
+        async with asyncio.timeout(10), w.stream(call, **kw, **more) as stream:
+            async for ev in stream:
+                got.append(ev)
+                if len(got) == n:
+                    break
+        return got
+
+    claims = asyncio.create_task(
+        events(res.list_resource_claim_for_all_namespaces, 4, allow_watch_bookmarks=True)
+    )
+    pods = asyncio.create_task(events(core.list_pod_for_all_namespaces, 1))
+    await fake.wait_for_watches(2)
+    c = fake.add_claim(make_claim("c", "ml"))
+    p = fake.add_pod(make_pod("w", namespace="ml"))
+    fake.modify_claim(make_claim("c", "ml", uid=c["metadata"]["uid"], reserved_for=[p]))
+    fake.delete_claim("ml", "c")
+    fake.send_bookmarks()
+    got = await claims
+    assert [e["type"] for e in got] == ["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    assert got[1]["raw_object"]["status"]["reservedFor"][0]["uid"] == p["metadata"]["uid"]
+    assert got[3]["raw_object"]["kind"] == "ResourceClaim"
+    versions = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in got[:3]]
+    assert versions == [int(rv) + 1, int(rv) + 3, int(rv) + 4]  # the pod took rv + 2
+    assert [e["raw_object"]["metadata"]["name"] for e in await pods] == ["w"]
+    fake.compact()
+    with pytest.raises(ApiException) as err:
+        await events(res.list_resource_claim_for_all_namespaces, 1)
+    assert err.value.status == 410
+
+
+def review(token: str, *audiences: str) -> V1TokenReview:
+    return V1TokenReview(spec=V1TokenReviewSpec(token=token, audiences=list(audiences) or None))
+
+
+async def test_token_review(fake: FakeKube, api: ApiClient) -> None:
+    agent = fake.add_pod(make_pod("agent", namespace="hami-system", node="node-a", uid="p-1"))
+    auth: Any = AuthenticationV1Api(api)
+    token = fake.issue_token(agent, "hami-usage-agent")
+    answer = await auth.create_token_review(review(token, "hami-usage-collector", "other"))
+    assert (answer.kind, answer.spec.token) == ("TokenReview", token)
+    st = answer.status
+    assert (st.authenticated, st.error) == (True, None)
+    assert st.audiences == ["hami-usage-collector"]  # the intersection
+    assert st.user.username == "system:serviceaccount:hami-system:hami-usage-agent"
+    assert "system:serviceaccounts:hami-system" in st.user.groups
+    extra = {k.removeprefix("authentication.kubernetes.io/"): v for k, v in st.user.extra.items()}
+    assert extra == {"pod-name": ["agent"], "pod-uid": ["p-1"], "node-name": ["node-a"]}
+    assert (await auth.create_token_review(review(token))).status.audiences == [
+        "hami-usage-collector"
+    ]  # no audiences asked: the token's own
+
+    no_node = fake.issue_token(agent, "sa", with_node=False)
+    st = (await auth.create_token_review(review(no_node))).status
+    assert not any(k.endswith("node-name") for k in st.user.extra)
+
+    async def refused(token: str, *audiences: str) -> str | None:
+        st = (await auth.create_token_review(review(token, *audiences))).status
+        assert (st.authenticated, st.audiences, st.user.username) == (None, None, None)  # omitempty
+        error: str | None = st.error
+        return error
+
+    assert await refused("unknown") is None
+    assert await refused(token, "aud-x", "aud-y") == (
+        'token audiences ["hami-usage-collector"] is invalid for the target audiences '
+        '["aud-x" "aud-y"]'
+    )
+    expired = fake.issue_token(agent, "sa", expired=True)
+    assert await refused(expired) == "service account token has expired"
+    fake.delete_pod("hami-system", "agent")
+    assert await refused(token) == "service account token has been invalidated"
+    fake.add_pod(make_pod("agent", namespace="hami-system", node="node-a", uid="p-2"))
+    assert await refused(token) == "service account token has been invalidated"  # a new pod
+    assert fake.token_reviews == 8
+
+
+async def test_token_review_needs_credentials_and_a_token(fake: FakeKube, api: ApiClient) -> None:
+    async with ApiClient(Configuration(host=fake.base_url)) as anonymous:
+        with pytest.raises(ApiException) as err:
+            await AuthenticationV1Api(anonymous).create_token_review(review("t"))
+    assert err.value.status == 401
+    with pytest.raises(ApiException) as err:
+        await AuthenticationV1Api(api).create_token_review(review(""))
+    assert err.value.status == 400
+    assert fake.token_reviews == 1  # the anonymous request never reached the review

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -85,14 +86,26 @@ class SharedToken:
         return Caller("shared-token", None)
 
     def _current(self) -> bytes:
-        stat = self._path.stat()
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if stamp != self._stamp:
-            self._token = self._path.read_bytes().strip()
-            self._stamp = stamp
+        try:
+            stat = self._path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp != self._stamp:
+                self._token = self._path.read_bytes().strip()
+                self._stamp = stamp
+        except OSError as exc:
+            raise AuthError(503, f"cannot read the push token file: {exc.strerror}") from None
         if not self._token:
             raise AuthError(401, f"the push token file {self._path} is empty")
         return self._token
+
+
+@dataclass(frozen=True, slots=True)
+class _Reviewed:
+    """What a TokenReview said of a token: who, and its node or the pod that gives it."""
+
+    name: str
+    node: str | None
+    pod_uid: str | None
 
 
 class TokenReviewAuth:
@@ -101,7 +114,9 @@ class TokenReviewAuth:
     The token must carry ``audience`` and belong to one of ``service_accounts``
     (``namespace/name``, ``*`` for any namespace). Its node is the TokenReview's
     ``node-name`` extra where the cluster provides it, else the node of the pod
-    it names. Answers are cached for at most ``cache_seconds`` (60 at most).
+    it names, looked up at every push (the pod watch may not have seen a new
+    agent pod yet, so that answer is not cached). Reviews are cached for at most
+    ``cache_seconds`` (60 at most); an API server that cannot answer gives 503.
     """
 
     def __init__(
@@ -110,14 +125,16 @@ class TokenReviewAuth:
         audience: str,
         service_accounts: list[str],
         pods: PodDirectory,
+        request_timeout: float = 10.0,
         cache_seconds: float = 60.0,
     ) -> None:
         self._api = api
         self._audience = audience
         self._allowed = service_accounts
         self._pods = pods
+        self._timeout = request_timeout
         self._ttl = min(cache_seconds, 60.0)
-        self._cache: dict[bytes, tuple[float, Caller | AuthError]] = {}
+        self._cache: dict[bytes, tuple[float, _Reviewed | AuthError]] = {}
 
     async def authenticate(self, token: str | None) -> Caller:
         """Accept a token the API server vouches for, from an allowed service account."""
@@ -131,20 +148,32 @@ class TokenReviewAuth:
                 self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
             cached = (now + self._ttl, await self._review(token))
             self._cache[digest] = cached
-        outcome = cached[1]
-        if isinstance(outcome, AuthError):
-            raise outcome
-        return outcome
+        reviewed = cached[1]
+        if isinstance(reviewed, AuthError):
+            raise reviewed
+        if reviewed.node is not None:
+            return Caller(reviewed.name, reviewed.node)
+        pod = self._pods.pod(reviewed.pod_uid or "")
+        if pod is None:
+            raise AuthError(
+                503, "the token's pod is not known (yet), so neither is its node; retry"
+            )
+        return Caller(reviewed.name, pod.node)
 
-    async def _review(self, token: str) -> Caller | AuthError:
+    async def _review(self, token: str) -> _Reviewed | AuthError:
         review = client.V1TokenReview(
             spec=client.V1TokenReviewSpec(token=token, audiences=[self._audience])
         )
         try:
-            answer: Any = await self._api.create_token_review(review)
+            answer: Any = await self._api.create_token_review(
+                review, _request_timeout=self._timeout
+            )
         except ApiException as exc:
             log.warning("TokenReview failed: %s %s", exc.status, exc.reason)
             raise AuthError(503, "cannot check the token now") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("TokenReview failed: %s: %s", type(exc).__name__, exc)
+            raise AuthError(503, "cannot reach the API server to check the token") from None
         status = answer.status
         if not status or not status.authenticated:
             return AuthError(
@@ -160,14 +189,10 @@ class TokenReviewAuth:
         if not any(_matches(allowed, namespace, name) for allowed in self._allowed):
             return AuthError(403, f"service account {namespace}/{name} may not push")
         extra = user.extra or {}
-        node = _first(extra, "node-name")
-        if node is None:
-            uid = _first(extra, "pod-uid")
-            pod = self._pods.pod(uid) if uid else None
-            if pod is None:
-                return AuthError(403, "the token names no pod that exists, so no node")
-            node = pod.node
-        return Caller(f"{namespace}/{name}", node)
+        node, uid = _first(extra, "node-name"), _first(extra, "pod-uid")
+        if node is None and uid is None:
+            return AuthError(403, "the token names neither a node nor a pod: not a bound pod token")
+        return _Reviewed(f"{namespace}/{name}", node, uid)
 
 
 def _matches(allowed: str, namespace: str, name: str) -> bool:

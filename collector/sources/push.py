@@ -27,6 +27,7 @@ from collector.store import Source, Store
 log = logging.getLogger(__name__)
 
 ZONE = ("zone", "vGPU")
+_REASONS = {401: "unauthorized", 403: "forbidden"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +153,7 @@ class PushReceiver:
         try:
             caller = await self._auth.authenticate(token)
         except AuthError as exc:
-            raise _Refused(
-                exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc)
-            ) from None
+            raise _Refused(exc.status, _REASONS.get(exc.status, "unavailable"), str(exc)) from None
         body = await _read(request, limit)
         try:
             payload = Payload.model_validate_json(body)
@@ -214,8 +213,13 @@ class _Refused(Exception):
 async def _read(request: web.Request, limit: int) -> bytes:
     """Read the body, at most ``limit`` bytes: aiohttp has already undone a gzip encoding."""
     body = bytearray()
-    async for chunk in request.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > limit:
-            raise _Refused(413, "too_large", f"body larger than {limit} bytes once decompressed")
+    try:
+        async for chunk in request.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > limit:
+                raise _Refused(
+                    413, "too_large", f"body larger than {limit} bytes once decompressed"
+                )
+    except web.RequestPayloadError as exc:
+        raise _Refused(400, "invalid", f"unreadable body: {exc}") from None
     return bytes(body)
