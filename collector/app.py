@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client, config
 
+from collector.history import History
 from collector.normalise import PassThrough
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
@@ -32,6 +33,7 @@ from collector.sources.targets import Target
 from collector.store import Store
 from collector.web import health
 from collector.web.metrics import MetricsPage
+from collector.web.promapi import PrometheusAPI
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,9 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     ``pods`` attributes pushed regions without Kubernetes (the demo's simulated
     cluster); with Kubernetes the collector watches pods itself.
     """
-    store = Store(settings.stale_seconds)
+    store = Store(
+        settings.stale_seconds, History(settings.history_retention, settings.history_max_points)
+    )
     metrics = SelfMetrics(store)
     page = MetricsPage(store, metrics)
     synced: list[tuple[str, Synced]] = []
@@ -75,6 +79,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.cleanup_ctx.append(_sources(synced, pods))
     app.cleanup_ctx.append(_housekeeping)
     app.router.add_get("/metrics", page.handle)
+    app.router.add_routes(PrometheusAPI(store, settings.lookback).routes())
     app.router.add_post("/api/v1/push", push)
     app.router.add_routes(health.routes(ready))
     return app
@@ -106,8 +111,12 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
     period = min(1.0, store.stale_after / 4)
 
     async def expire() -> None:
+        trimmed = time.monotonic()
         while True:
             await asyncio.sleep(period)
+            if time.monotonic() - trimmed > 30:
+                store.history.trim()
+                trimmed = time.monotonic()
             for source in store.expire(time.monotonic()):
                 log.warning(
                     "source %s (node %s) is stale: its series are gone", source.name, source.node

@@ -110,9 +110,13 @@ class CollectorSettings(FileSettings):
         3600.0, gt=0, description="Seconds of history kept for range queries and *_over_time."
     )
     history_max_points: int = Field(
-        20_000_000, gt=0, description="Most points kept in the history (about 9 bytes each); oldest go first."
+        20_000_000,
+        gt=0,
+        description="Most points kept in the history (about 9 bytes each); oldest go first.",
     )
-    lookback: float = Field(300.0, gt=0, description="PromQL lookback delta, seconds (Prometheus: 5 minutes).")
+    lookback: float = Field(
+        300.0, gt=0, description="PromQL lookback delta, seconds (Prometheus: 5 minutes)."
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."

@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import cast
 
 from aiohttp import web
 
@@ -24,10 +25,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @asynccontextmanager
-async def running_collector(
-    pods: PodDirectory | None = None, **overrides: object
-) -> AsyncIterator[tuple[str, web.Application]]:
-    """Start the collector with ``overrides`` on a loopback port; yield its base URL and app."""
+async def running_collector(**overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
+    """Start the collector with settings ``overrides`` on a loopback port; yield its URL and app.
+
+    ``pods=`` (a PodDirectory) attributes pushed regions without Kubernetes.
+    """
+    pods = cast(PodDirectory | None, overrides.pop("pods", None))
     port = free_port()
     settings = CollectorSettings(listen=f"127.0.0.1:{port}", **overrides)  # type: ignore[arg-type]
     app = build_app(settings, pods)

@@ -91,7 +91,7 @@ def test_regions_without_a_live_pod_are_dropped(tmp_path: Path) -> None:
 async def collector(tmp_path: Path) -> AsyncIterator[tuple[str, SimulatedNode, Path]]:
     (node,) = build_cluster(1, seed=23, flavours=("hami",))
     async with running_collector(
-        SimulatedDirectory([node]),
+        pods=SimulatedDirectory([node]),
         kubernetes=False,
         push_auth="none",
         stale_after=1.0,
@@ -210,7 +210,7 @@ async def test_an_agent_outranks_the_nodes_monitor(tmp_path: Path) -> None:
         write_targets(tmp_path / "t.json", farm)
         async with (
             running_collector(
-                SimulatedDirectory([node]),
+                pods=SimulatedDirectory([node]),
                 kubernetes=False,
                 push_auth="none",
                 targets_file=tmp_path / "t.json",

@@ -87,7 +87,10 @@ _OPS: dict[str, Op] = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"
 
 def selector_matchers(selector: Any) -> list[Matcher]:
     """The matchers of a promql_parser ``VectorSelector``, its metric name included."""
-    found = [Matcher.of(m.name, _OPS[str(m.op).removeprefix("MatchOp.")], m.value) for m in selector.matchers.matchers]
+    found = [
+        Matcher.of(m.name, _OPS[str(m.op).removeprefix("MatchOp.")], m.value)
+        for m in selector.matchers.matchers
+    ]
     if selector.name:
         found.insert(0, Matcher.of("__name__", "=", selector.name))
     return found

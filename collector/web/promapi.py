@@ -1,0 +1,294 @@
+"""The Prometheus HTTP API under ``/prometheus/api/v1/``: Grafana's datasource, promtool's peer.
+
+One envelope for every answer (``{"status": "success", "data": ...}`` or
+``{"status": "error", "errorType": ..., "error": ...}``) with Prometheus' status
+codes: 400 bad_data, 422 execution, 503 timeout, 404 not_found. Every query
+reads the history, which the store feeds on each change.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import promql_parser
+from aiohttp import web
+from multidict import MultiDict
+
+from collector import __version__, schema
+from collector.history import History
+from collector.promql.evaluate import (
+    Matrix,
+    QueryError,
+    Scalar,
+    String,
+    Vector,
+    instant_query,
+    range_query,
+)
+from collector.promql.storage import Matcher, selector_matchers
+from collector.promql.values import RangeSeries, format_float
+from collector.store import Store
+
+PREFIX = "/prometheus/api/v1"
+_STATUS = {"bad_data": 400, "execution": 422, "timeout": 503, "not_found": 404, "internal": 500}
+_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+log = logging.getLogger(__name__)
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def parse_time(text: str, name: str) -> float:
+    """A Unix timestamp or an RFC 3339 time, as Prometheus accepts them."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise QueryError(
+            "bad_data", f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp'
+        ) from None
+
+
+def parse_duration(text: str, name: str) -> float:
+    """Seconds as a number, or a Prometheus duration like ``1m30s``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise QueryError(
+                "bad_data", f'invalid parameter "{name}": cannot parse "{text}" to a valid duration'
+            ) from None
+        seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds):
+        raise QueryError("bad_data", f'invalid parameter "{name}": {text} is not finite')
+    return seconds
+
+
+class PrometheusAPI:
+    """Handlers of the Prometheus-compatible endpoints."""
+
+    def __init__(
+        self, store: Store, lookback: float = 300.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self._history: History = store.history
+        self._lookback = lookback
+        self._clock = clock
+
+    def routes(self) -> list[web.RouteDef]:
+        """Every endpoint, with GET and (form) POST where Prometheus has both."""
+        both = {
+            "/query": self.query,
+            "/query_range": self.query_range,
+            "/series": self.series,
+            "/labels": self.labels,
+        }
+        out = [
+            web.route(method, PREFIX + path, _enveloped(h))
+            for path, h in both.items()
+            for method in ("GET", "POST")
+        ]
+        out.append(web.get(PREFIX + "/label/{name}/values", _enveloped(self.label_values)))
+        out.append(web.get(PREFIX + "/metadata", _enveloped(self.metadata)))
+        out.append(web.get(PREFIX + "/status/buildinfo", _enveloped(self.buildinfo)))
+        return out
+
+    async def query(self, params: _Params) -> Any:
+        """An instant query.
+
+        Queries run on the event loop: they read one consistent history, and
+        the slowest (a long range over every node) holds the loop for its length.
+        """
+        at = parse_time(params.one("time"), "time") if params.has("time") else self._clock()
+        query = params.required("query")
+        return _result(
+            instant_query(query, at, self._history, self._lookback, _timeout(params)), at
+        )
+
+    async def query_range(self, params: _Params) -> Any:
+        """A range query; Prometheus' limit of 11,000 points per series applies."""
+        start = parse_time(params.required("start"), "start")
+        end = parse_time(params.required("end"), "end")
+        step = parse_duration(params.required("step"), "step")
+        query = params.required("query")
+        matrix = range_query(
+            query, start, end, step, self._history, self._lookback, _timeout(params)
+        )
+        return {"resultType": "matrix", "result": _matrix(matrix)}
+
+    async def series(self, params: _Params) -> Any:
+        """The label sets of the series that match any ``match[]`` in the window."""
+        selectors = params.all("match[]")
+        if not selectors:
+            raise QueryError("bad_data", "no match[] parameter provided")
+        start, end = self._window(params)
+        found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        for matchers in _selectors(selectors):
+            for series in self._history.select(matchers, start, end):
+                found.setdefault(tuple(sorted(series.labels.items())), dict(series.labels))
+        return _limited(list(found.values()), params)
+
+    async def labels(self, params: _Params) -> Any:
+        """Label names of the matching series (all of them without ``match[]``)."""
+        start, end = self._window(params)
+        names: set[str] = set()
+        for matchers in _selectors(params.all("match[]")) or [[]]:
+            names |= self._history.label_names(matchers, start, end)
+        return _limited(sorted(names), params)
+
+    async def label_values(self, params: _Params) -> Any:
+        """Values of one label among the matching series."""
+        name = params.request.match_info["name"]
+        start, end = self._window(params)
+        values: set[str] = set()
+        for matchers in _selectors(params.all("match[]")) or [[]]:
+            values |= self._history.label_values(name, matchers, start, end)
+        return _limited(sorted(values), params)
+
+    async def metadata(self, params: _Params) -> Any:
+        """Type and HELP of every family the collector serves (``metric`` narrows it)."""
+        families = dict(schema.FAMILIES)
+        for node in self._store.nodes():
+            view = self._store.view(node)
+            if view is not None:
+                for name, family in view.families.items():
+                    families.setdefault(name, family)
+        wanted = params.one("metric") if params.has("metric") else None
+        out = {
+            name: [
+                {"type": "unknown" if f.kind == "untyped" else f.kind, "help": f.help, "unit": ""}
+            ]
+            for name, f in sorted(families.items())
+            if wanted is None or name == wanted
+        }
+        if params.has("limit"):
+            out = dict(list(out.items())[: _positive(params.one("limit"), "limit")])
+        return out
+
+    async def buildinfo(self, params: _Params) -> Any:
+        """Build information; no ``features``, so Grafana treats us as plain Prometheus."""
+        return {
+            "version": __version__,
+            "revision": "",
+            "branch": "",
+            "buildUser": "hami-usage-collector",
+            "buildDate": "",
+            "goVersion": "",
+        }
+
+    def _window(self, params: _Params) -> tuple[float, float]:
+        now = self._clock()
+        start = (
+            parse_time(params.one("start"), "start")
+            if params.has("start")
+            else now - self._history.retention
+        )
+        end = parse_time(params.one("end"), "end") if params.has("end") else now
+        return start, end
+
+
+class _Params:
+    """Query-string and form parameters together, as Prometheus reads them."""
+
+    def __init__(self, request: web.Request, form: Any) -> None:
+        self.request = request
+        self._query = request.query
+        self._form = form
+
+    def has(self, name: str) -> bool:
+        return name in self._query or name in self._form
+
+    def one(self, name: str) -> str:
+        value = self._form.get(name) if name in self._form else self._query.get(name)
+        return str(value)
+
+    def required(self, name: str) -> str:
+        if not self.has(name) or not self.one(name):
+            raise QueryError("bad_data", f'invalid parameter "{name}": missing')
+        return self.one(name)
+
+    def all(self, name: str) -> list[str]:
+        return [str(v) for v in (*self._query.getall(name, []), *self._form.getall(name, []))]
+
+
+def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any]:
+    async def handle(request: web.Request) -> web.Response:
+        form = await request.post() if request.method == "POST" else MultiDict()
+        try:
+            data = await handler(_Params(request, form))
+        except QueryError as exc:
+            return _error(exc.error_type, str(exc))
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return _error("internal", "internal error, see the collector's log")
+        return web.json_response({"status": "success", "data": data})
+
+    return handle
+
+
+def _error(error_type: str, message: str) -> web.Response:
+    body = {"status": "error", "errorType": error_type, "error": message}
+    return web.json_response(body, status=_STATUS.get(error_type, 500))
+
+
+def _selectors(texts: Sequence[str]) -> list[list[Matcher]]:
+    out = []
+    for text in texts:
+        try:
+            expr = promql_parser.parse(text)
+        except (ValueError, RuntimeError) as exc:
+            raise QueryError("bad_data", f'invalid parameter "match[]": {exc}') from None
+        if not isinstance(expr, promql_parser.VectorSelector):
+            raise QueryError(
+                "bad_data", f'invalid parameter "match[]": {text} is not a series selector'
+            )
+        out.append(selector_matchers(expr))
+    return out
+
+
+def _timeout(params: _Params) -> float | None:
+    return parse_duration(params.one("timeout"), "timeout") if params.has("timeout") else None
+
+
+def _positive(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise QueryError("bad_data", f'invalid parameter "{name}": must be a non-negative integer')
+    return value
+
+
+def _limited(items: list[Any], params: _Params) -> list[Any]:
+    if params.has("limit"):
+        limit = _positive(params.one("limit"), "limit")
+        if limit:
+            return items[:limit]
+    return items
+
+
+def _result(result: Vector | Scalar | String | Matrix, at: float) -> dict[str, Any]:
+    if isinstance(result, Scalar):
+        return {"resultType": "scalar", "result": [at, format_float(result.value)]}
+    if isinstance(result, String):
+        return {"resultType": "string", "result": [at, result.value]}
+    if result and isinstance(result[0], RangeSeries):
+        return {"resultType": "matrix", "result": _matrix(result)}
+    vector: Vector = result  # type: ignore[assignment]
+    samples = [{"metric": s.labels, "value": [at, format_float(s.value)]} for s in vector]
+    return {"resultType": "vector", "result": samples}
+
+
+def _matrix(matrix: Matrix) -> list[dict[str, Any]]:
+    return [
+        {"metric": s.labels, "values": [[t, format_float(v)] for t, v in s.points]} for s in matrix
+    ]

@@ -1,0 +1,358 @@
+"""The REST API's read model: a node's cards and vGPU containers, parsed once per key set.
+
+A :class:`~collector.store.NodeView` is immutable and replaced whenever its node
+changes, which for a scraped node is every scrape. What the view's *keys* say
+(which card or container each series belongs to, and as which reading) changes
+far less often, so it is kept apart as the node's :class:`Shape`: labels are
+parsed once per key for as long as the key stays live on its node (a new shape
+takes over the previous one's classifications), and a new view with the same
+key set as the last one costs one C-level comparison of the two key sets plus a
+lookup per card reading. Container readings are read from the view only when
+asked for. Nothing here outlives the store's own keys.
+
+Cards are identified by ``device_uuid`` (by ``device_index`` when a flavour
+sends no UUID), so two sources' copies of one card with different label sets
+(a monitor without ``device_type`` and an agent with it) make one card.
+Containers are identified by namespace, pod, container, vdevice index and
+device UUID.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Final, NamedTuple
+
+from collector.exposition.parse import parse_series
+from collector.store import NodeView
+
+_CARD_SLOTS: Final[Mapping[bytes, int]] = {
+    b"hami_host_gpu_memory_used_bytes": 0,
+    b"hami_host_gpu_memory_total_bytes": 1,
+    b"hami_host_gpu_utilization_ratio": 2,
+    b"hami_host_gpu_memory_controller_utilization_ratio": 3,
+    b"hami_host_gpu_temperature_celsius": 4,
+    b"hami_host_gpu_power_usage_watts": 5,
+}
+_CONTAINER_SLOTS: Final[Mapping[bytes, int]] = {
+    b"hami_vgpu_memory_used_bytes": 0,
+    b"hami_container_device_memory_bytes": 1,
+    b"hami_vgpu_memory_limit_bytes": 2,
+    b"hami_container_device_utilization_ratio": 3,
+    b"hami_container_last_kernel_elapsed_seconds": 4,
+    b"hami_vgpu_memory_context_bytes": 5,
+    b"hami_vgpu_memory_module_bytes": 6,
+    b"hami_vgpu_memory_buffer_bytes": 7,
+}
+
+CardLabels = tuple[int | None, str, str | None]
+"""device_index (None if absent or not a number), device_uuid ("" if absent), device_type."""
+ContainerLabels = tuple[str, str, str, str, str]
+"""namespace, pod, container, vdevice_index, device_uuid, as the labels spell them."""
+
+
+class _CardKey(NamedTuple):
+    """A key holding reading ``slot`` of the card with these labels."""
+
+    slot: int
+    labels: CardLabels
+
+    @property
+    def card(self) -> str:
+        return self.labels[1] or f"#{self.labels[0]}"
+
+
+class _ContainerKey(NamedTuple):
+    """A key holding reading ``slot`` of the container vGPU with these labels."""
+
+    slot: int
+    labels: ContainerLabels
+
+
+_Info = _CardKey | _ContainerKey | None
+"""What a key is to the read model (None: nothing it shows, e.g. build info, MIG)."""
+_Keys = tuple[bytes | None, ...]
+
+
+class CardReading(NamedTuple):
+    """One physical card's latest readings; a reading no source sent is None."""
+
+    device_index: int | None
+    device_uuid: str
+    device_type: str | None
+    memory_used: int | None
+    memory_total: int | None
+    utilization: float | None
+    memory_controller_utilization: float | None
+    temperature: float | None
+    power: float | None
+
+
+class ContainerReading(NamedTuple):
+    """One vGPU of one container; a reading no source sent is None."""
+
+    namespace: str
+    pod: str
+    container: str
+    vdevice_index: int | None
+    device_uuid: str
+    memory_used: int | None
+    memory_limit: int | None
+    sm_utilization: float | None
+    last_kernel_seconds: float | None
+    memory_context: int | None
+    memory_module: int | None
+    memory_buffer: int | None
+
+
+class Shape:
+    """What a node's key set says, values aside: its cards, its containers, and their keys.
+
+    ``cards`` is sorted by index then UUID, ``containers`` by namespace, pod,
+    container and vdevice index; each holds its identity labels and the key of
+    each of its readings (None where no series carries that reading).
+    """
+
+    __slots__ = ("cards", "container_count", "containers", "infos", "namespaces")
+
+    def __init__(self, series: Mapping[bytes, float], known: Mapping[bytes, _Info]) -> None:
+        self.infos: dict[bytes, _Info] = {}
+        cards: dict[str, tuple[CardLabels, list[bytes | None]]] = {}
+        containers: dict[ContainerLabels, list[bytes | None]] = {}
+        classify = _Classifier()
+        for key in series:
+            info = known[key] if key in known else classify(key)
+            self.infos[key] = info
+            if isinstance(info, _CardKey):
+                held = cards.get(info.card)
+                if held is None:
+                    held = cards[info.card] = (info.labels, [None] * len(_CARD_SLOTS))
+                elif held[0] != info.labels:
+                    held = cards[info.card] = (_merge(held[0], info.labels), held[1])
+                held[1][info.slot] = key
+            elif isinstance(info, _ContainerKey):
+                keys = containers.get(info.labels)
+                if keys is None:
+                    keys = containers[info.labels] = [None] * len(_CONTAINER_SLOTS)
+                keys[info.slot] = key
+        self.cards: tuple[tuple[CardLabels, _Keys], ...] = tuple(
+            sorted(
+                ((labels, tuple(keys)) for labels, keys in cards.values()),
+                key=lambda c: (c[0][0] is None, c[0][0] or 0, c[0][1]),
+            )
+        )
+        self.containers: tuple[tuple[ContainerLabels, _Keys], ...] = tuple(
+            sorted(
+                ((labels, tuple(keys)) for labels, keys in containers.items()),
+                key=lambda c: (*c[0][:3], _int(c[0][3]) or 0, c[0][3:]),
+            )
+        )
+        self.container_count = len({labels[:3] for labels in containers})
+        self.namespaces = frozenset(labels[0] for labels in containers)
+
+    def fits(self, series: Mapping[bytes, float]) -> bool:
+        """Whether ``series`` has exactly the keys this shape was made from."""
+        return series.keys() == self.infos.keys()
+
+
+class NodeUsage:
+    """What one store view says about its node.
+
+    ``newest`` is the monotonic time of the newest batch that fed the view.
+    ``containers`` is read from the view on first use.
+    """
+
+    __slots__ = (
+        "_containers",
+        "card_types",
+        "cards",
+        "memory_total",
+        "memory_used",
+        "newest",
+        "shape",
+        "utilization_average",
+        "view",
+    )
+
+    def __init__(self, view: NodeView, shape: Shape) -> None:
+        self.view = view
+        self.shape = shape
+        series = view.series
+        self.cards = tuple(_card(labels, keys, series) for labels, keys in shape.cards)
+        used = [c.memory_used for c in self.cards if c.memory_used is not None]
+        totals = [c.memory_total for c in self.cards if c.memory_total is not None]
+        utils = [c.utilization for c in self.cards if c.utilization is not None]
+        self.card_types = tuple(sorted({c.device_type for c in self.cards if c.device_type}))
+        self.memory_used = sum(used) if used else None
+        self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
+        self.utilization_average = sum(utils) / len(utils) if utils else None
+        self.newest = max((held.at for held in view.sources), default=-math.inf)
+        self._containers: tuple[ContainerReading, ...] | None = None
+
+    @property
+    def node(self) -> str:
+        """The node's name."""
+        return self.view.node
+
+    @property
+    def container_count(self) -> int:
+        """Distinct containers (namespace, pod, container) with vGPU series."""
+        return self.shape.container_count
+
+    @property
+    def namespaces(self) -> frozenset[str]:
+        """Namespaces of those containers."""
+        return self.shape.namespaces
+
+    @property
+    def containers(self) -> tuple[ContainerReading, ...]:
+        """Every vGPU of every container, in the shape's order."""
+        if self._containers is None:
+            series = self.view.series
+            self._containers = tuple(
+                _container(labels, keys, series) for labels, keys in self.shape.containers
+            )
+        return self._containers
+
+
+class UsageIndex:
+    """Keeps one :class:`NodeUsage` per node, rebuilt only when the node's view changes."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeUsage] = {}
+
+    def usage(self, view: NodeView) -> NodeUsage:
+        """Return the read model of ``view`` (cached while the view is the store's current one)."""
+        cached = self._nodes.get(view.node)
+        if cached is not None and cached.view is view:
+            return cached
+        if cached is not None and cached.shape.fits(view.series):
+            shape = cached.shape
+        else:
+            shape = Shape(view.series, cached.shape.infos if cached is not None else {})
+        usage = NodeUsage(view, shape)
+        self._nodes[view.node] = usage
+        return usage
+
+    def prune(self, live: Iterable[str]) -> None:
+        """Forget nodes not in ``live`` (nodes the store no longer holds)."""
+        for node in self._nodes.keys() - set(live):
+            del self._nodes[node]
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+class _Classifier:
+    """Tells what a key is to the read model, parsing each label text once per pass.
+
+    The families of one card (or one container vGPU) share their label text.
+    """
+
+    def __init__(self) -> None:
+        self._cards: dict[bytes, CardLabels] = {}
+        self._containers: dict[bytes, ContainerLabels] = {}
+
+    def __call__(self, key: bytes) -> _Info:
+        brace = key.find(b"{")
+        name, text = (key[:brace], key[brace:]) if brace >= 0 else (key, b"{}")
+        slot = _CARD_SLOTS.get(name)
+        if slot is not None:
+            card = self._cards.get(text)
+            if card is None:
+                labels = _label_map(key, text)
+                index = labels.get("device_index", "")
+                card = (_int(index), labels.get("device_uuid", ""), labels.get("device_type"))
+                self._cards[text] = card
+            return _CardKey(slot, card)
+        slot = _CONTAINER_SLOTS.get(name)
+        if slot is not None:
+            container = self._containers.get(text)
+            if container is None:
+                labels = _label_map(key, text)
+                container = (
+                    labels.get("namespace", ""),
+                    labels.get("pod", ""),
+                    labels.get("container", ""),
+                    labels.get("vdevice_index", ""),
+                    labels.get("device_uuid", ""),
+                )
+                self._containers[text] = container
+            return _ContainerKey(slot, container)
+        return None
+
+
+def _label_map(key: bytes, text: bytes) -> dict[str, str]:
+    """The labels of a store key, whose label text is ``text`` (``{a="b",...}``).
+
+    Store keys are canonical (:func:`collector.exposition.render.series_key`):
+    without a backslash no value holds a quote, so splitting on ``",`` is exact.
+    Keys with escapes take the full parser.
+    """
+    if b"\\" in text or text[-2:] != b'"}':
+        return dict(parse_series(key)[1])
+    labels = {}
+    for pair in text[1:-2].split(b'",'):
+        label, _, value = pair.partition(b'="')
+        labels[label.decode()] = value.decode()
+    return labels
+
+
+def _merge(old: CardLabels, new: CardLabels) -> CardLabels:
+    """One card seen with two label sets: keep every label either one knows."""
+    return (
+        old[0] if old[0] is not None else new[0],
+        old[1] or new[1],
+        old[2] if old[2] is not None else new[2],
+    )
+
+
+def _int(text: str) -> int | None:
+    """A label's whole number (device or vdevice index), or None if it is not one."""
+    return int(text) if 0 < len(text) <= 9 and text.isascii() and text.isdigit() else None
+
+
+def _values(keys: _Keys, series: Mapping[bytes, float]) -> list[float | None]:
+    values = [None if key is None else series[key] for key in keys]
+    if all(v is None or v - v == 0 for v in values):  # no NaN, no infinity: the usual case
+        return values
+    return [v if v is not None and math.isfinite(v) else None for v in values]
+
+
+def _bytes(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _card(labels: CardLabels, keys: _Keys, series: Mapping[bytes, float]) -> CardReading:
+    used, total, util, controller, temperature, power = _values(keys, series)
+    return CardReading(
+        device_index=labels[0],
+        device_uuid=labels[1],
+        device_type=labels[2],
+        memory_used=_bytes(used),
+        memory_total=_bytes(total),
+        utilization=util,
+        memory_controller_utilization=controller,
+        temperature=temperature,
+        power=power,
+    )
+
+
+def _container(
+    labels: ContainerLabels, keys: _Keys, series: Mapping[bytes, float]
+) -> ContainerReading:
+    used, device_memory, limit, util, kernel, context, module, buffer = _values(keys, series)
+    return ContainerReading(
+        namespace=labels[0],
+        pod=labels[1],
+        container=labels[2],
+        vdevice_index=_int(labels[3]),
+        device_uuid=labels[4],
+        memory_used=_bytes(used if used is not None else device_memory),
+        memory_limit=_bytes(limit),
+        sm_utilization=util,
+        last_kernel_seconds=kernel,
+        memory_context=_bytes(context),
+        memory_module=_bytes(module),
+        memory_buffer=_bytes(buffer),
+    )

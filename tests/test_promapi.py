@@ -1,0 +1,329 @@
+"""The Prometheus-compatible API: Grafana's calls, promtool as a real client, a real Prometheus as the golden peer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from asyncio.subprocess import DEVNULL, PIPE, STDOUT
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from helpers import eventually, free_port, running_collector
+
+from collector.demo.monitors import MonitorFarm
+from collector.demo.run import write_targets
+from collector.demo.simulator import build_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools" / "prometheus" / "usr" / "bin"
+DASHBOARD = ROOT / "dashboards" / "hami-usage.json"
+FROZEN = 1_900_000_000.0
+
+
+def tool(name: str) -> Path:
+    path = TOOLS / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make tools` (make test does it)")
+    return path
+
+
+@dataclass
+class Api:
+    base: str
+    http: aiohttp.ClientSession
+
+    async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
+        async with self.http.get(f"{self.base}/prometheus/api/v1/{path}", params=params) as resp:
+            return resp.status, await resp.json()
+
+    async def post(self, path: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        async with self.http.post(f"{self.base}/prometheus/api/v1/{path}", data=form) as resp:
+            return resp.status, await resp.json()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    """The collector scraping a frozen simulated cluster of every flavour."""
+    nodes = build_cluster(4, seed=31, flavours=("hami", "hami-legacy", "volcano", "kai"))
+    async with MonitorFarm(nodes, clock=lambda: FROZEN) as farm:
+        write_targets(tmp_path / "targets.json", farm)
+        async with (
+            running_collector(
+                kubernetes=False, targets_file=tmp_path / "targets.json", interval=0.5, timeout=0.4
+            ) as (base, _),
+            aiohttp.ClientSession() as http,
+        ):
+            client = Api(base, http)
+
+            async def scraped() -> bool:
+                _, answer = await client.get(
+                    "query", query="count(count by (node) (hami_host_gpu_utilization_ratio))"
+                )
+                return bool(
+                    answer["data"]["result"] != []
+                    and answer["data"]["result"][0]["value"][1] == "4"
+                )
+
+            await eventually(scraped, 15, "every node in the history")
+            yield client
+
+
+async def test_grafana_save_and_test(api: Api) -> None:
+    status, answer = await api.get("query", query="1+1", time="4")
+    assert (status, answer) == (
+        200,
+        {"status": "success", "data": {"resultType": "scalar", "result": [4.0, "2"]}},
+    )
+    status, answer = await api.post("query", {"query": "1+1", "time": "4"})
+    assert answer["data"]["result"] == [4.0, "2"]
+    status, info = await api.get("status/buildinfo")
+    assert status == 200
+    assert set(info["data"]) == {
+        "version",
+        "revision",
+        "branch",
+        "buildUser",
+        "buildDate",
+        "goVersion",
+    }
+
+
+async def test_errors_use_the_envelope_and_status_codes(api: Api) -> None:
+    cases = [
+        (("query",), {"query": "sum(("}, 400, "bad_data"),
+        (("query",), {}, 400, "bad_data"),
+        (("query",), {"query": "holt_winters(x[5m], 0.5, 0.5)"}, 422, "execution"),
+        (
+            ("query_range",),
+            {"query": "up", "start": "10", "end": "5", "step": "1"},
+            400,
+            "bad_data",
+        ),
+        (
+            ("query_range",),
+            {"query": "up", "start": "0", "end": "100000", "step": "1"},
+            400,
+            "bad_data",
+        ),
+        (
+            ("query_range",),
+            {"query": "up", "start": "0", "end": "10", "step": "soon"},
+            400,
+            "bad_data",
+        ),
+        (("query",), {"query": "up", "time": "yesterday"}, 400, "bad_data"),
+        (("series",), {}, 400, "bad_data"),
+        (("series",), {"match[]": "sum(x)"}, 400, "bad_data"),
+    ]
+    for (path,), params, status, kind in cases:
+        got, answer = await api.get(path, **params)
+        assert (got, answer["status"], answer["errorType"]) == (status, "error", kind), (
+            path,
+            params,
+        )
+        assert answer["error"]
+    got, answer = await api.get("query", query="holt_winters(x[5m], 0.5, 0.5)")
+    assert "holt_winters" in answer["error"], "unsupported features are named"
+
+
+async def test_query_range_and_duration_steps(api: Api) -> None:
+    now = time.time()
+    status, answer = await api.get(
+        "query_range",
+        query="count(hami_host_gpu_utilization_ratio)",
+        start=str(now - 4),
+        end=str(now),
+        step="1s",
+    )
+    assert status == 200
+    (series,) = answer["data"]["result"]
+    assert series["metric"] == {}
+    assert {v for _, v in series["values"]} == {"32"}
+    form = {
+        "query": "sum by (node) (hami_vgpu_memory_limit_bytes)",
+        "start": str(now - 2),
+        "end": str(now),
+        "step": "1",
+    }
+    status, posted = await api.post("query_range", form)
+    assert status == 200
+    assert {tuple(s["metric"].items()) for s in posted["data"]["result"]} == {
+        (("node", f"gpu-node-00{i}"),) for i in range(1, 5)
+    }
+
+
+async def test_metadata_series_labels_and_values(api: Api) -> None:
+    _, meta = await api.get("metadata")
+    assert meta["data"]["hami_vgpu_memory_used_bytes"] == [
+        {"type": "gauge", "help": "vGPU device memory usage in bytes", "unit": ""}
+    ]
+    assert "hami_build_info" in meta["data"]
+    _, one = await api.get("metadata", metric="hami_host_gpu_utilization_ratio")
+    assert list(one["data"]) == ["hami_host_gpu_utilization_ratio"]
+    _, labels = await api.get("labels")
+    assert {"__name__", "node", "device_uuid", "namespace", "pod", "container", "zone"} <= set(
+        labels["data"]
+    )
+    _, names = await api.get("label/__name__/values")
+    assert "HostCoreUtilization" not in names["data"]
+    assert "hami_container_device_utilization_ratio" in names["data"]
+    _, nodes = await api.get(
+        "label/node/values", **{"match[]": "hami_host_gpu_memory_controller_utilization_ratio"}
+    )
+    assert nodes["data"] == ["gpu-node-001"], "only the HAMi v2.10 node has that family"
+    _, series = await api.get(
+        "series",
+        **{"match[]": 'hami_host_gpu_utilization_ratio{node="gpu-node-003"}', "limit": "3"},
+    )
+    assert len(series["data"]) == 3
+    assert all(
+        s["node"] == "gpu-node-003" and s["__name__"] == "hami_host_gpu_utilization_ratio"
+        for s in series["data"]
+    )
+
+
+def _expand(expr: str) -> str:
+    return expr.replace("$node", ".*").replace("$namespace", ".*")
+
+
+async def test_every_dashboard_query_returns_data(api: Api) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = [v for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert {v["name"] for v in variables} == {"node", "namespace"}
+    for variable in variables:
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"])
+        assert match, variable
+        selector, label = match.groups()
+        status, answer = await api.get(f"label/{label}/values", **{"match[]": _expand(selector)})
+        assert status == 200
+        assert answer["data"], f"variable {variable['name']} has values"
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(queries) >= 15
+    now = time.time()
+    for expr in queries:
+        status, answer = await api.get("query", query=_expand(expr))
+        assert status == 200, (expr, answer)
+        assert answer["data"]["result"], f"no data for {expr}"
+        status, answer = await api.post(
+            "query_range",
+            {"query": _expand(expr), "start": str(now - 10), "end": str(now), "step": "2"},
+        )
+        assert status == 200, (expr, answer)
+        assert answer["data"]["result"], f"no range data for {expr}"
+
+
+async def promtool(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        tool("promtool"), "query", *args, stdout=PIPE, stderr=STDOUT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+async def test_promtool_is_a_client(api: Api) -> None:
+    url = f"{api.base}/prometheus"
+    instant = await promtool("instant", url, "sum by (node) (hami_vgpu_memory_used_bytes)")
+    assert len(re.findall(r'\{node="gpu-node-00\d"\} => \d+', instant)) == 4
+    now = int(time.time())
+    ranged = await promtool(
+        "range",
+        f"--start={now - 4}",
+        f"--end={now}",
+        "--step=1s",
+        url,
+        "count(hami_vgpu_memory_limit_bytes)",
+    )
+    assert re.search(r"\d+ @\[\d+", ranged)
+    series = await promtool(
+        "series", '--match=hami_host_gpu_utilization_ratio{node="gpu-node-002"}', url
+    )
+    assert series.count('node="gpu-node-002"') == 8
+    labels = await promtool("labels", url, "node")
+    assert labels.split() == ["gpu-node-001", "gpu-node-002", "gpu-node-003", "gpu-node-004"]
+
+
+GOLDEN = [
+    "hami_vgpu_memory_used_bytes",
+    "sum by (node) (hami_vgpu_memory_used_bytes)",
+    "100 * hami_vgpu_memory_used_bytes / hami_vgpu_memory_limit_bytes",
+    "topk(10, hami_vgpu_memory_used_bytes)",
+    "count(hami_host_gpu_utilization_ratio)",
+    "avg by (node) (hami_host_gpu_utilization_ratio)",
+    "max without (zone) (hami_container_device_utilization_ratio)",
+    "hami_host_gpu_memory_used_bytes and on (device_uuid) hami_host_gpu_utilization_ratio > 10",
+    'label_replace(hami_vgpu_memory_limit_bytes, "ns", "$1", "namespace", "team-(.*)")',
+    "quantile(0.9, hami_container_last_kernel_elapsed_seconds)",
+    'count_values("limit", hami_vgpu_memory_limit_bytes)',
+    "hami_host_gpu_utilization_ratio > bool 50",
+]
+
+
+def _comparable(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(
+            sorted((k, v) for k, v in r["metric"].items() if k not in ("instance", "job"))
+        ): float(r["value"][1])
+        for r in result
+    }
+
+
+async def test_same_answers_as_a_real_prometheus_that_scraped_us(api: Api, tmp_path: Path) -> None:
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+        "scrape_configs": [
+            {
+                "job_name": "hami",
+                "static_configs": [{"targets": [api.base.removeprefix("http://")]}],
+            }
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    prometheus = await asyncio.create_subprocess_exec(
+        tool("prometheus"),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        stdout=DEVNULL,
+        stderr=DEVNULL,
+    )
+    real_base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+
+        async def scraped_twice() -> bool:
+            try:
+                async with api.http.get(
+                    f"{real_base}/query", params={"query": 'count_over_time(up{job="hami"}[1m])'}
+                ) as resp:
+                    result = (await resp.json())["data"]["result"]
+            except aiohttp.ClientError:
+                return False
+            return bool(result) and float(result[0]["value"][1]) >= 2
+
+        await eventually(scraped_twice, 40, "Prometheus to scrape the collector twice")
+        at = str(time.time())
+        for query in GOLDEN:
+            async with api.http.get(
+                f"{real_base}/query", params={"query": query, "time": at}
+            ) as resp:
+                theirs = (await resp.json())["data"]["result"]
+            _, ours = await api.get("query", query=query, time=at)
+            assert _comparable(ours["data"]["result"]) == pytest.approx(
+                _comparable(theirs), rel=1e-9
+            ), query
+            assert theirs, f"the golden query {query} must return data"
+    finally:
+        prometheus.terminate()
+        try:
+            await asyncio.wait_for(prometheus.wait(), 10)
+        except TimeoutError:
+            prometheus.kill()
+            await prometheus.wait()

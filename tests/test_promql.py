@@ -1,0 +1,608 @@
+"""The PromQL evaluator on small hand-written series with exact expected results."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+
+import pytest
+
+from collector.promql.evaluate import (
+    QueryError,
+    RangeSeries,
+    Sample,
+    Scalar,
+    String,
+    instant_query,
+    range_query,
+)
+from collector.promql.storage import STALE, Matcher, SeriesData
+
+
+class MemoryStorage:
+    """A :class:`~collector.promql.storage.Queryable` over series given as point lists."""
+
+    def __init__(self) -> None:
+        self.series: list[tuple[dict[str, str], list[float], list[float]]] = []
+        self.selects = 0
+
+    def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
+        """Add one series; ``points`` are ``(unix seconds, value)``, oldest first."""
+        pts = list(points)
+        self.series.append((dict(labels), [t for t, _ in pts], [v for _, v in pts]))
+
+    def _matching(
+        self, matchers: Sequence[Matcher]
+    ) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
+        for labels, times, values in self.series:
+            if all(m.matches(labels) for m in matchers):
+                yield labels, times, values
+
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
+        self.selects += 1
+        out = []
+        for labels, times, values in self._matching(matchers):
+            lo, hi = bisect_left(times, start), bisect_right(times, end)
+            if hi > lo:
+                out.append(SeriesData(labels, times[lo:hi], values[lo:hi]))
+        return out
+
+    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
+        return {name for sd in self.select(matchers, start, end) for name in sd.labels}
+
+    def label_values(
+        self, name: str, matchers: Sequence[Matcher], start: float, end: float
+    ) -> set[str]:
+        return {sd.labels[name] for sd in self.select(matchers, start, end) if name in sd.labels}
+
+
+# --- the data: every series sampled every 15 s over [0, 600] unless said ---
+
+TIMES = [float(t) for t in range(0, 601, 15)]
+T = 600.0
+
+
+def series(name: str, **labels: str) -> dict[str, str]:
+    return {"__name__": name, **labels}
+
+
+@pytest.fixture
+def db() -> MemoryStorage:
+    s = MemoryStorage()
+    s.add(series("mem", node="n1", pod="p1"), [(t, 10.0) for t in TIMES])
+    s.add(series("mem", node="n1", pod="p2"), [(t, 20.0) for t in TIMES])
+    s.add(series("mem", node="n2", pod="p3"), [(t, 30.0) for t in TIMES])
+    s.add(series("memcopy", node="n1", pod="p1"), [(t, 1.0) for t in TIMES])
+    s.add(series("cap", node="n1", zone="z1"), [(t, 100.0) for t in TIMES])
+    s.add(series("cap", node="n2", zone="z2"), [(t, 50.0) for t in TIMES])
+    s.add(series("req_total", path="/a"), [(t, t * 2 / 3) for t in TIMES])  # +10 per 15 s
+    s.add(
+        series("req_total", path="/b"),  # a counter reset at 60
+        [(0.0, 0.0), (15.0, 10.0), (30.0, 20.0), (45.0, 30.0), (60.0, 5.0), (75.0, 15.0)],
+    )
+    s.add(series("ramp"), [(t, t) for t in TIMES])
+    # Ends with a staleness marker at 105 (it vanished from its source).
+    s.add(series("gone", pod="x"), [*[(float(t), 5.0) for t in range(0, 91, 15)], (105.0, STALE)])
+    # Vanishes at 15, comes back at 30.
+    s.add(series("back", pod="y"), [(0.0, 1.0), (15.0, STALE), (30.0, 2.0)])
+    return s
+
+
+Key = frozenset[tuple[str, str]]
+
+
+def vec(query: str, db: MemoryStorage, at: float = T, **kw: float) -> dict[Key, float]:
+    """An instant query's vector as {label set: value} (order ignored)."""
+    result = instant_query(query, at, db, **kw)
+    assert isinstance(result, list)
+    out: dict[Key, float] = {}
+    for s in result:
+        assert isinstance(s, Sample)
+        out[frozenset(s.labels.items())] = s.value
+    assert len(out) == len(result)
+    return out
+
+
+def ordered(query: str, db: MemoryStorage, at: float = T) -> list[tuple[dict[str, str], float]]:
+    result = instant_query(query, at, db)
+    assert isinstance(result, list)
+    return [(s.labels, s.value) for s in result if isinstance(s, Sample)]
+
+
+def L(**labels: str) -> Key:  # a label set
+    return frozenset(labels.items())
+
+
+def M(name: str, **labels: str) -> Key:
+    return frozenset({"__name__": name, **labels}.items())
+
+
+def scalar(query: str, db: MemoryStorage, at: float = T) -> float:
+    result = instant_query(query, at, db)
+    assert isinstance(result, Scalar)
+    return result.value
+
+
+def error(query: str, db: MemoryStorage, at: float = T) -> QueryError:
+    with pytest.raises(QueryError) as info:
+        instant_query(query, at, db)
+    return info.value
+
+
+# --- selectors, lookback, staleness, offset ---
+
+
+def test_label_matchers(db: MemoryStorage) -> None:
+    assert vec('mem{node="n1"}', db) == {
+        M("mem", node="n1", pod="p1"): 10,
+        M("mem", node="n1", pod="p2"): 20,
+    }
+    assert vec('mem{node!="n1"}', db) == {M("mem", node="n2", pod="p3"): 30}
+    assert vec('mem{pod=~"p[12]", node=~"n."}', db).keys() == {
+        M("mem", node="n1", pod="p1"),
+        M("mem", node="n1", pod="p2"),
+    }
+    assert vec('mem{pod!~"p[12]"}', db) == {M("mem", node="n2", pod="p3"): 30}
+    assert vec('{__name__=~"mem|cap", node="n2"}', db) == {
+        M("mem", node="n2", pod="p3"): 30,
+        M("cap", node="n2", zone="z2"): 50,
+    }
+    assert vec('mem{missing=""}', db).keys() == vec("mem", db).keys()  # absent label = ""
+
+
+def test_instant_selector_takes_the_newest_point_at_or_before_t(db: MemoryStorage) -> None:
+    assert vec("ramp", db, at=37.0) == {M("ramp"): 30.0}
+    assert vec("ramp", db, at=45.0) == {M("ramp"): 45.0}
+
+
+def test_lookback_expiry(db: MemoryStorage) -> None:
+    assert vec("ramp", db, at=T + 300) == {M("ramp"): 600.0}  # both ends included (2.x)
+    assert vec("ramp", db, at=T + 300.001) == {}
+    assert vec("ramp", db, at=T + 30, lookback=20.0) == {}
+    assert vec("ramp", db, at=T + 30, lookback=30.0) == {M("ramp"): 600.0}
+
+
+def test_a_stale_series_is_gone_at_once(db: MemoryStorage) -> None:
+    assert vec("gone", db, at=104.0) == {M("gone", pod="x"): 5.0}
+    for at in (105.0, 120.0, 200.0, 390.0):
+        assert vec("gone", db, at=at) == {}, at
+    assert vec("back", db, at=10.0) == {M("back", pod="y"): 1.0}
+    assert vec("back", db, at=20.0) == {}
+    assert vec("back", db, at=30.0) == {M("back", pod="y"): 2.0}
+
+
+def test_range_selections_skip_staleness_markers(db: MemoryStorage) -> None:
+    assert vec("count_over_time(gone[5m])", db, at=200.0) == {L(pod="x"): 7.0}
+    assert vec("count_over_time(back[1m])", db, at=30.0) == {L(pod="y"): 2.0}
+
+
+def test_offset(db: MemoryStorage) -> None:
+    assert vec("ramp offset 1m", db) == {M("ramp"): 540.0}
+    assert vec("ramp offset 10m", db) == {M("ramp"): 0.0}
+    assert vec("ramp offset -1m", db, at=300.0) == {M("ramp"): 360.0}
+    assert vec("sum_over_time(ramp[30s] offset 1m)", db) == {L(): 510.0 + 525.0 + 540.0}
+
+
+def test_top_level_range_selector_is_a_matrix(db: MemoryStorage) -> None:
+    result = instant_query("ramp[1m]", T, db)
+    assert result == [
+        RangeSeries(
+            {"__name__": "ramp"},
+            [(540.0, 540.0), (555.0, 555.0), (570.0, 570.0), (585.0, 585.0), (600.0, 600.0)],
+        )
+    ]
+    # Both ends are included; staleness markers are not points.
+    result = instant_query("gone[1m]", 105.0, db)
+    assert result == [
+        RangeSeries(
+            {"__name__": "gone", "pod": "x"}, [(45.0, 5.0), (60.0, 5.0), (75.0, 5.0), (90.0, 5.0)]
+        )
+    ]
+
+
+# --- literals and scalars ---
+
+
+def test_literals(db: MemoryStorage) -> None:
+    assert scalar("1+1", db) == 2.0
+    assert scalar("-(3)", db) == -3.0
+    assert scalar("2 ^ 3 ^ 2", db) == 512.0
+    assert scalar("7 % 3 - 10 / 4", db) == 1 - 2.5
+    assert scalar("1 / 0", db) == math.inf
+    assert scalar("-1 / 0", db) == -math.inf
+    assert math.isnan(scalar("0 / 0", db))
+    assert math.isnan(scalar("5 % 0", db))
+    assert scalar("0 ^ -1", db) == math.inf
+    assert math.isnan(scalar("(-8) ^ 0.5", db))
+    assert scalar("2 > bool 1", db) == 1.0
+    assert scalar("time()", db) == T
+    assert scalar("-time() + 1", db) == 1 - T
+    assert instant_query('"hello"', T, db) == String("hello")
+
+
+# --- aggregation ---
+
+
+def test_aggregations(db: MemoryStorage) -> None:
+    assert vec("sum by (node) (mem)", db) == {L(node="n1"): 30.0, L(node="n2"): 30.0}
+    assert vec("sum without (pod) (mem)", db) == {L(node="n1"): 30.0, L(node="n2"): 30.0}
+    assert vec("sum(mem) by (__name__)", db) == {L(__name__="mem"): 60.0}
+    assert vec("avg(mem)", db) == {L(): 20.0}
+    assert vec("min by (node) (mem)", db) == {L(node="n1"): 10.0, L(node="n2"): 30.0}
+    assert vec("max(mem)", db) == {L(): 30.0}
+    assert vec("count without (node, pod) (mem)", db) == {L(): 3.0}
+    assert vec("group by (node) (mem)", db) == {L(node="n1"): 1.0, L(node="n2"): 1.0}
+    assert vec("stdvar(mem)", db) == {L(): pytest.approx(200 / 3)}
+    assert vec("stddev by (node) (mem)", db) == {L(node="n1"): 5.0, L(node="n2"): 0.0}
+    assert vec("quantile(0.5, mem)", db) == {L(): 20.0}
+    assert vec("quantile(0.9, mem)", db) == {L(): pytest.approx(28.0)}
+    assert vec("quantile(2, mem)", db) == {L(): math.inf}
+    assert vec("sum(nope)", db) == {}
+
+
+def test_topk_bottomk_keep_labels_and_order(db: MemoryStorage) -> None:
+    assert ordered("topk(2, mem)", db) == [
+        ({"__name__": "mem", "node": "n2", "pod": "p3"}, 30.0),
+        ({"__name__": "mem", "node": "n1", "pod": "p2"}, 20.0),
+    ]
+    assert ordered("bottomk by (node) (1, mem)", db) == [
+        ({"__name__": "mem", "node": "n1", "pod": "p1"}, 10.0),
+        ({"__name__": "mem", "node": "n2", "pod": "p3"}, 30.0),
+    ]
+    assert ordered("topk(0, mem)", db) == []
+    assert error("topk(scalar(nope), mem)", db).error_type == "execution"
+
+
+def test_count_values(db: MemoryStorage) -> None:
+    assert vec('count_values("v", mem)', db) == {L(v="10"): 1.0, L(v="20"): 1.0, L(v="30"): 1.0}
+    assert vec('count_values by (node) ("v", mem / 4)', db) == {
+        L(node="n1", v="2.5"): 1.0,
+        L(node="n1", v="5"): 1.0,
+        L(node="n2", v="7.5"): 1.0,
+    }
+    assert vec('count_values("v", vector(1e21))', db) == {L(v="1000000000000000000000"): 1.0}
+    assert error('count_values("a-b", mem)', db).message == 'invalid label name "a-b"'
+
+
+# --- binary operators ---
+
+
+def test_vector_scalar_arithmetic_drops_the_name(db: MemoryStorage) -> None:
+    assert vec("mem * 2", db) == {
+        L(node="n1", pod="p1"): 20.0,
+        L(node="n1", pod="p2"): 40.0,
+        L(node="n2", pod="p3"): 60.0,
+    }
+    assert vec("100 - mem{pod='p1'}", db) == {L(node="n1", pod="p1"): 90.0}
+    assert vec("-mem{pod='p1'}", db) == {L(node="n1", pod="p1"): -10.0}
+    assert vec("mem{pod='p1'} / 0", db) == {L(node="n1", pod="p1"): math.inf}
+
+
+def test_comparisons_filter_or_return_bool(db: MemoryStorage) -> None:
+    assert vec("mem > 15", db) == {
+        M("mem", node="n1", pod="p2"): 20.0,
+        M("mem", node="n2", pod="p3"): 30.0,
+    }
+    assert vec("15 < mem", db) == vec("mem > 15", db)  # the vector's value either way
+    assert vec("mem == bool 20", db) == {
+        L(node="n1", pod="p1"): 0.0,
+        L(node="n1", pod="p2"): 1.0,
+        L(node="n2", pod="p3"): 0.0,
+    }
+    assert vec("mem{pod='p1'} != 10", db) == {}
+    assert vec("mem >= on (node) group_left cap / 5", db) == {
+        M("mem", node="n1", pod="p2"): 20.0,
+        M("mem", node="n2", pod="p3"): 30.0,
+    }
+    assert vec("mem{pod='p3'} <= bool on (node) cap", db) == {L(node="n2"): 1.0}
+
+
+def test_one_to_one_matching(db: MemoryStorage) -> None:
+    assert vec("mem{pod='p3'} + on (node) cap", db) == {L(node="n2"): 80.0}
+    assert vec("mem{pod='p3'} - ignoring (pod, zone) cap", db) == {L(node="n2"): -20.0}
+    assert vec("mem{pod='p1'} / mem{pod='p1'}", db) == {L(node="n1", pod="p1"): 1.0}
+    assert vec("mem / cap", db) == {}  # label sets differ: no match
+
+
+def test_many_to_one_and_one_to_many(db: MemoryStorage) -> None:
+    assert vec("mem / on (node) group_left cap", db) == {
+        L(node="n1", pod="p1"): 0.1,
+        L(node="n1", pod="p2"): 0.2,
+        L(node="n2", pod="p3"): 0.6,
+    }
+    assert vec("mem * on (node) group_left (zone) cap", db) == {
+        L(node="n1", pod="p1", zone="z1"): 1000.0,
+        L(node="n1", pod="p2", zone="z1"): 2000.0,
+        L(node="n2", pod="p3", zone="z2"): 1500.0,
+    }
+    assert vec("cap - on (node) group_right mem", db) == {
+        L(node="n1", pod="p1"): 90.0,
+        L(node="n1", pod="p2"): 80.0,
+        L(node="n2", pod="p3"): 20.0,
+    }
+
+
+def test_matching_errors(db: MemoryStorage) -> None:
+    err = error("mem * on (node) mem", db)
+    assert err.error_type == "execution"
+    assert err.message == (
+        'found duplicate series for the match group {node="n1"} on the right hand-side of the operation: '
+        '[{__name__="mem", node="n1", pod="p2"}, {__name__="mem", node="n1", pod="p1"}]'
+        ";many-to-many matching not allowed: matching labels must be unique on one side"
+    )
+    assert "on the left hand-side" in error("mem * on (node) group_right mem", db).message
+    assert error("mem + on (node) cap", db).message == (
+        "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"
+    )
+    assert error('{__name__=~"mem|memcopy"} * on (node) group_left cap', db).message == (
+        "multiple matches for labels: grouping labels must ensure unique matches"
+    )
+    # Nothing on one side: nothing to match, no error (as Prometheus).
+    assert vec("mem * on (node) nope", db) == {}
+
+
+def test_same_labelset_errors(db: MemoryStorage) -> None:
+    for query in (
+        '{__name__=~"mem|memcopy"} * 2',
+        '-{__name__=~"mem|memcopy"}',
+        'rate({__name__=~"mem|memcopy"}[1m])',
+        'label_replace(mem, "pod", "", "node", ".*")',
+    ):
+        err = error(query, db)
+        assert (err.error_type, err.message) == (
+            "execution",
+            "vector cannot contain metrics with the same labelset",
+        ), query
+    assert len(vec('last_over_time({__name__=~"mem|memcopy"}[1m])', db)) == 4  # keeps names
+
+
+def test_set_operators(db: MemoryStorage) -> None:
+    assert vec("mem and on (node) cap{node='n1'}", db).keys() == {
+        M("mem", node="n1", pod="p1"),
+        M("mem", node="n1", pod="p2"),
+    }
+    assert vec("mem unless on (node) cap{node='n1'}", db).keys() == {M("mem", node="n2", pod="p3")}
+    assert vec("mem{pod='p1'} or mem{pod='p2'}", db).keys() == {
+        M("mem", node="n1", pod="p1"),
+        M("mem", node="n1", pod="p2"),
+    }
+    assert len(vec("cap or mem", db)) == 5
+    assert vec("mem{pod='p1'} or memcopy", db) == {M("mem", node="n1", pod="p1"): 10.0}
+    assert vec("mem and nope", db) == {}
+    assert len(vec("mem unless nope", db)) == 3
+
+
+# --- functions ---
+
+
+def test_math_functions(db: MemoryStorage) -> None:
+    assert vec("abs(-mem{pod='p1'})", db) == {L(node="n1", pod="p1"): 10.0}
+    assert vec("ceil(ramp / 7)", db) == {L(): 86.0}
+    assert vec("floor(ramp / 7)", db) == {L(): 85.0}
+    assert vec("round(ramp / 7)", db) == {L(): 86.0}
+    assert vec("round(ramp, 7)", db) == {L(): pytest.approx(602.0)}
+    assert vec("round(vector(-2.5))", db) == {L(): -2.0}
+    assert vec("round(vector(2.5))", db) == {L(): 3.0}
+    assert vec("exp(vector(0))", db) == {L(): 1.0}
+    assert vec("ln(vector(1))", db) == {L(): 0.0}
+    assert vec("ln(vector(0))", db) == {L(): -math.inf}
+    assert math.isnan(vec("ln(vector(-1))", db)[L()])
+    assert vec("log2(vector(8))", db) == {L(): 3.0}
+    assert vec("log10(vector(1000))", db) == {L(): 3.0}
+    assert vec("sqrt(vector(16))", db) == {L(): 4.0}
+    assert math.isnan(vec("sqrt(vector(-1))", db)[L()])
+
+
+def test_clamp(db: MemoryStorage) -> None:
+    assert vec("clamp(mem, 15, 25)", db) == {
+        L(node="n1", pod="p1"): 15.0,
+        L(node="n1", pod="p2"): 20.0,
+        L(node="n2", pod="p3"): 25.0,
+    }
+    assert vec("clamp(mem, 25, 15)", db) == {}
+    assert sorted(vec("clamp_min(mem, 15)", db).values()) == [15.0, 20.0, 30.0]
+    assert sorted(vec("clamp_max(mem, 15)", db).values()) == [10.0, 15.0, 15.0]
+
+
+def test_label_replace_and_join(db: MemoryStorage) -> None:
+    assert vec('label_replace(mem{pod="p1"}, "n", "<$1>", "node", "n(.*)")', db) == {
+        M("mem", node="n1", pod="p1", n="<1>"): 10.0
+    }
+    assert vec('label_replace(mem{pod="p1"}, "n", "${1}x$2", "node", "(?P<a>n)(1)")', db) == {
+        M("mem", node="n1", pod="p1", n="nx1"): 10.0
+    }
+    # No match: unchanged. Empty result: the label is removed.
+    assert vec('label_replace(mem{pod="p1"}, "n", "$1", "node", "x(.*)")', db) == {
+        M("mem", node="n1", pod="p1"): 10.0
+    }
+    assert vec('label_replace(mem{pod="p1"}, "pod", "", "node", ".*")', db) == {
+        M("mem", node="n1"): 10.0
+    }
+    assert vec('label_join(mem{pod="p1"}, "id", "/", "node", "pod")', db) == {
+        M("mem", node="n1", pod="p1", id="n1/p1"): 10.0
+    }
+    assert error('label_replace(mem, "a-b", "", "node", ".*")', db).error_type == "execution"
+
+
+def test_time_functions(db: MemoryStorage) -> None:
+    assert vec("timestamp(mem{pod='p1'})", db, at=607.0) == {L(node="n1", pod="p1"): 600.0}
+    assert vec("timestamp(mem{pod='p1'} * 1)", db, at=607.0) == {L(node="n1", pod="p1"): 607.0}
+    assert vec("vector(time())", db, at=607.0) == {L(): 607.0}
+
+
+def test_vector_and_scalar(db: MemoryStorage) -> None:
+    assert vec("vector(3)", db) == {L(): 3.0}
+    assert math.isnan(scalar("scalar(mem)", db))
+    assert scalar("scalar(mem{pod='p1'})", db) == 10.0
+    assert vec("mem{pod='p1'} + scalar(mem{pod='p2'})", db) == {L(node="n1", pod="p1"): 30.0}
+
+
+def test_sort(db: MemoryStorage) -> None:
+    assert [labels["pod"] for labels, _ in ordered("sort(mem)", db)] == ["p1", "p2", "p3"]
+    assert [labels["pod"] for labels, _ in ordered("sort_desc(mem)", db)] == ["p3", "p2", "p1"]
+    assert ordered("sort(mem)", db)[0][0]["__name__"] == "mem"
+
+
+def test_absent(db: MemoryStorage) -> None:
+    assert vec("absent(mem)", db) == {}
+    assert vec("absent(nope)", db) == {L(): 1.0}
+    assert vec('absent(nope{a="b", c=~"d", e="f", e="g"})', db) == {L(a="b"): 1.0}
+    assert vec("absent(sum(nope))", db) == {L(): 1.0}
+
+
+def test_rate_increase_delta(db: MemoryStorage) -> None:
+    a = '{path="/a"}'
+    assert vec(f"increase(req_total{a}[1m])", db) == {L(path="/a"): pytest.approx(40.0)}
+    assert vec(f"rate(req_total{a}[1m])", db) == {L(path="/a"): pytest.approx(40 / 60)}
+    # Off-grid: 4 points cover 45 s of the 60 s window and are extrapolated to it.
+    assert vec(f"increase(req_total{a}[1m])", db, at=607.5) == {L(path="/a"): pytest.approx(40.0)}
+    # Extrapolation stops at the counter's zero point.
+    assert vec(f"increase(req_total{a}[1m])", db, at=37.5) == {L(path="/a"): pytest.approx(25.0)}
+    # A counter reset adds the value before it.
+    b = '{path="/b"}'
+    assert vec(f"increase(req_total{b}[75s])", db, at=75.0) == {L(path="/b"): pytest.approx(45.0)}
+    assert vec(f"irate(req_total{b}[1m])", db, at=75.0) == {L(path="/b"): pytest.approx(10 / 15)}
+    assert vec(f"irate(req_total{b}[1m])", db, at=60.0) == {L(path="/b"): pytest.approx(5 / 15)}
+    assert vec("delta(ramp[1m])", db) == {L(): pytest.approx(60.0)}
+    assert vec("deriv(ramp[5m])", db) == {L(): pytest.approx(1.0)}
+    assert vec("deriv(mem{pod='p1'}[5m])", db) == {L(node="n1", pod="p1"): 0.0}
+    assert vec("rate(ramp[10s])", db) == {}  # one point: no rate
+
+
+def test_over_time(db: MemoryStorage) -> None:
+    assert vec("avg_over_time(ramp[1m])", db) == {L(): 570.0}
+    assert vec("min_over_time(ramp[1m])", db) == {L(): 540.0}
+    assert vec("max_over_time(ramp[1m])", db) == {L(): 600.0}
+    assert vec("sum_over_time(ramp[1m])", db) == {L(): 2850.0}
+    assert vec("count_over_time(ramp[1m])", db) == {L(): 5.0}
+    assert vec("last_over_time(ramp[1m])", db) == {M("ramp"): 600.0}
+    assert vec("quantile_over_time(0.5, ramp[1m])", db) == {L(): 570.0}
+    assert vec("stdvar_over_time(ramp[1m])", db) == {L(): pytest.approx(450.0)}
+    assert vec("stddev_over_time(ramp[1m])", db) == {L(): pytest.approx(math.sqrt(450.0))}
+    assert vec("present_over_time(ramp[1m])", db) == {L(): 1.0}
+    assert vec("avg_over_time(ramp[1m])", db, at=T + 61) == {}
+
+
+# --- range queries ---
+
+
+def test_range_query_steps_and_shapes(db: MemoryStorage) -> None:
+    assert range_query("mem{pod='p1'}", 500, 700, 100, db) == [
+        RangeSeries(
+            {"__name__": "mem", "node": "n1", "pod": "p1"},
+            [(500.0, 10.0), (600.0, 10.0), (700.0, 10.0)],
+        )
+    ]
+    assert range_query("time()", 0, 40, 15, db) == [
+        RangeSeries({}, [(0.0, 0.0), (15.0, 15.0), (30.0, 30.0)])
+    ]
+    # Series come sorted by labels; a series is only where it has values.
+    result = range_query("mem > 15 or ramp < 30", 0, 30, 15, db)
+    assert [(s.labels, len(s.points)) for s in result] == [
+        ({"__name__": "mem", "node": "n1", "pod": "p2"}, 3),
+        ({"__name__": "mem", "node": "n2", "pod": "p3"}, 3),
+        ({"__name__": "ramp"}, 2),
+    ]
+
+
+def test_range_query_staleness(db: MemoryStorage) -> None:
+    assert range_query("gone", 0, 300, 15, db) == [
+        RangeSeries({"__name__": "gone", "pod": "x"}, [(float(t), 5.0) for t in range(0, 91, 15)])
+    ]
+    assert range_query("back", 0, 45, 5, db)[0].points == [
+        (0.0, 1.0),
+        (5.0, 1.0),
+        (10.0, 1.0),
+        (30.0, 2.0),
+        (35.0, 2.0),
+        (40.0, 2.0),
+        (45.0, 2.0),
+    ]
+
+
+def test_range_query_reads_each_selector_once(db: MemoryStorage) -> None:
+    db.selects = 0
+    result = range_query(
+        "sum by (node) (rate(req_total[1m])) + on () group_left count(mem)", 0, 600, 5, db
+    )
+    assert db.selects == 2
+    assert result
+    # Each step of a range query is the instant query at that time.
+    ranged = range_query("rate(req_total[1m])", 300, 450, 150, db)
+    for series in ranged:
+        for t, v in series.points:
+            assert instant_query("rate(req_total[1m])", t, db) == [Sample(series.labels, v)]
+    assert [s.labels for s in ranged] == [{"path": "/a"}]
+    assert [t for t, _ in ranged[0].points] == [300.0, 450.0]
+    assert [v for _, v in ranged[0].points] == pytest.approx([2 / 3, 2 / 3])
+
+
+def test_range_query_bad_parameters(db: MemoryStorage) -> None:
+    for args in ((0, 10, 0), (10, 0, 1), (0, 11001, 1)):
+        with pytest.raises(QueryError) as info:
+            range_query("mem", *args, db)
+        assert info.value.error_type == "bad_data"
+    assert len(range_query("vector(1)", 0, 11000, 1, db)[0].points) == 11001
+    for query in ("mem[5m]", '"s"'):
+        with pytest.raises(QueryError) as info:
+            range_query(query, 0, 10, 1, db)
+        assert info.value.error_type == "bad_data"
+
+
+# --- errors ---
+
+
+@pytest.mark.parametrize(
+    "query", ["sum(", "mem{", "rate(mem)", "1 > 2", "mem +", "foo(mem)", "mem{a=~'('}"]
+)
+def test_bad_syntax_is_bad_data(db: MemoryStorage, query: str) -> None:
+    err = error(query, db)
+    assert err.error_type == "bad_data"
+    assert err.message
+
+
+@pytest.mark.parametrize(
+    ("query", "feature"),
+    [
+        ("holt_winters(mem[5m], 0.5, 0.5)", "function holt_winters"),
+        ("predict_linear(mem[5m], 60)", "function predict_linear"),
+        ("histogram_quantile(0.9, mem)", "function histogram_quantile"),
+        ("changes(mem[5m])", "function changes"),
+        ("mem @ 100", "@ modifier"),
+        ("rate(mem[5m] @ end())", "@ modifier"),
+        ("max_over_time(mem[5m:1m])", "subquery"),
+        ("limitk(1, mem)", "aggregation limitk"),
+        ("mem atan2 cap", "operator atan2"),
+        ("mem + fill(0) cap", "fill modifiers"),
+        ("sort_by_label(mem, 'pod')", "function sort_by_label"),
+    ],
+)
+def test_unsupported_is_execution_naming_the_feature(
+    db: MemoryStorage, query: str, feature: str
+) -> None:
+    db.selects = 0
+    err = error(query, db)
+    assert (err.error_type, err.message) == ("execution", f"unsupported: {feature}")
+    assert db.selects == 0  # refused before reading anything
+
+
+def test_timeout() -> None:
+    class Slow(MemoryStorage):
+        def select(
+            self, matchers: Sequence[Matcher], start: float, end: float
+        ) -> Iterable[SeriesData]:
+            import time
+
+            time.sleep(0.05)
+            return super().select(matchers, start, end)
+
+    with pytest.raises(QueryError) as info:
+        instant_query("up", 0, Slow(), timeout=0.01)
+    assert info.value.error_type == "timeout"
+
+
+def test_identical_selectors_are_read_once(db: MemoryStorage) -> None:
+    db.selects = 0
+    assert vec("mem{pod='p1'} / mem{pod='p1'}", db) == {L(node="n1", pod="p1"): 1.0}
+    assert db.selects == 1
