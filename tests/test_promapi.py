@@ -232,7 +232,7 @@ async def test_promtool_is_a_client(api: Api) -> None:
     url = f"{api.base}/prometheus"
     instant = await promtool("instant", url, "sum by (node) (hami_vgpu_memory_used_bytes)")
     assert len(re.findall(r'\{node="gpu-node-00\d"\} => \d+', instant)) == 4
-    now = int(time.time())
+    now = int(time.time()) + 1  # whole seconds: never before the first point
     ranged = await promtool(
         "range",
         f"--start={now - 4}",
@@ -241,7 +241,7 @@ async def test_promtool_is_a_client(api: Api) -> None:
         url,
         "count(hami_vgpu_memory_limit_bytes)",
     )
-    assert re.search(r"\d+ @\[\d+", ranged)
+    assert re.search(r"\d+ @\[\d+", ranged), ranged
     series = await promtool(
         "series", '--match=hami_host_gpu_utilization_ratio{node="gpu-node-002"}', url
     )
