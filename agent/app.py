@@ -23,8 +23,8 @@ from agent.nvml import NvmlSampler
 from agent.payload import Device, Payload, Region
 from agent.push import Backlog, Pusher, token_reader
 from agent.settings import AgentSettings
-from collector.app import owned
 from collector.exposition.render import TEXT_CONTENT_TYPE
+from collector.tasks import owned
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,9 @@ class Sampler:
         self.duration = Gauge(
             "hami_agent_snapshot_seconds", "How long the latest snapshot took.", registry=r
         )
-        taken = Gauge("hami_agent_snapshots", "Snapshots taken since the agent started.", registry=r)
+        taken = Gauge(
+            "hami_agent_snapshots", "Snapshots taken since the agent started.", registry=r
+        )
         taken.set_function(lambda: self.sequence)
 
     def snapshot(self) -> Payload:

@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -31,6 +30,7 @@ from collector.sources.push import PushConfig, PushReceiver
 from collector.sources.scrape import ScrapeConfig, ScrapeManager
 from collector.sources.targets import Target
 from collector.store import Store
+from collector.tasks import owned
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
@@ -233,25 +233,3 @@ async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:
             "set --kubeconfig, or run with --no-kubernetes and --targets-file"
         ) from None
     return client.ApiClient(configuration)
-
-
-@contextlib.asynccontextmanager
-async def owned(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
-    """Run a task that should live as long as the block; log at once if it crashes."""
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_ended)
-    try:
-        yield task
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-def _ended(task: asyncio.Task[None]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None:
-        log.error("task %r crashed", task.get_name(), exc_info=error)
-    else:
-        log.warning("task %r ended, but it should run until shutdown", task.get_name())

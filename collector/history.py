@@ -23,20 +23,34 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector.exposition.parse import parse_series
+from collector.exposition.render import key_name
 from collector.promql.storage import STALE, Matcher, SeriesData, is_stale
 
 
 @dataclass(slots=True)
 class _Line:
-    """One series of one node: values for the node's times from index ``start`` on."""
+    """One series of one node: values for the node's times from index ``start`` on.
 
-    labels: dict[str, str]
+    Its labels are parsed from the key the first time a query needs them: most
+    series are never queried, and a dict per series would outweigh its points.
+    """
+
+    key: bytes
+    node: str
     start: int
     values: array[float] = field(default_factory=lambda: array("d"))
+    parsed: dict[str, str] | None = None
 
     @property
     def end(self) -> int:
         return self.start + len(self.values)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        if self.parsed is None:
+            name, labels = parse_series(self.key)
+            self.parsed = {"__name__": name, **dict(labels), "node": self.node}
+        return self.parsed
 
 
 @dataclass(slots=True)
@@ -144,10 +158,9 @@ class History:
         return {s.labels[name] for s in self.select(matchers, start, end) if name in s.labels}
 
     def _new_line(self, state: _Node, node: str, key: bytes, index: int) -> _Line:
-        name, labels = parse_series(key)
-        line = _Line({"__name__": name, **dict(labels), "node": node}, index)
+        line = _Line(key, node, index)
         state.lines[key] = line
-        state.by_name.setdefault(name, {})[key] = line
+        state.by_name.setdefault(key_name(key), {})[key] = line
         return line
 
     def _trim_node(self, node: str, cutoff: float) -> None:
@@ -165,7 +178,7 @@ class History:
             if not line.values:
                 state.last_keys, state.last_arrays = (), []
                 del state.lines[key]
-                name = line.labels["__name__"]
+                name = key_name(key)
                 del state.by_name[name][key]
                 if not state.by_name[name]:
                     del state.by_name[name]

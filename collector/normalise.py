@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from collector import schema
-from collector.exposition.parse import Labels, parse, parse_value, split_samples
+from collector.exposition.parse import Labels, parse, parse_series, parse_value, split_samples
 from collector.exposition.render import series_key
 
 
@@ -79,26 +79,40 @@ class Normaliser:
         series, values = split_samples(body)
         found = list(map(self._cache.get, series))
         try:
-            if None in found or b"_" in b"".join(values):
-                raise ValueError("not in steady state")
+            if None in found:
+                self._learn(series, found)
+            if b"_" in b"".join(values):
+                raise ValueError("a value with a digit separator")
             keys: list[Entry] = found  # type: ignore[assignment]
             floats = list(map(float, values))
         except ValueError:
             keys, floats = self._parse(body, openmetrics)
         return self._assemble(keys, floats)
 
+    def _learn(self, series: tuple[bytes, ...], found: list[Entry | None]) -> None:
+        """Parse only the series texts the cache lacks (new pods, sizes in labels).
+
+        Raise ``ValueError`` to send the body to the strict parser: a text that
+        does not parse on its own (it names the line), or a family outside the
+        schema (its HELP and TYPE come from the comment lines).
+        """
+        for i, entry in enumerate(found):
+            if entry is None:
+                name, labels = parse_series(series[i])
+                if not schema.known(name):
+                    raise ValueError("a family outside the schema")
+                found[i] = self._cached(series[i], name, labels)
+        self._prune(set(series))
+
     def _parse(self, body: bytes, openmetrics: bool) -> tuple[list[Entry], list[float]]:
         parsed = parse(body, openmetrics)
-        live = {s.series for s in parsed.samples}
-        if len(self._cache) > 2 * len(live) + 1024:
-            self._cache = {k: v for k, v in self._cache.items() if k in live}
+        self._prune({s.series for s in parsed.samples})
         keys: list[Entry] = []
         families = dict(self._families)
         for sample in parsed.samples:
             entry = self._cache.get(sample.series)
             if entry is None:
-                entry = self._entry(sample.series, sample.name, sample.labels)
-                self._cache[sample.series] = entry
+                entry = self._cached(sample.series, sample.name, sample.labels)
             keys.append(entry)
             if entry is not DROP and not schema.known(sample.name):
                 families[sample.name] = schema.Family(
@@ -108,8 +122,20 @@ class Normaliser:
                 )
         if families != self._families:
             self._families = families
-        self._derived = {e for e in self._cache.values() if isinstance(e, Derived)}
         return keys, [s.value for s in parsed.samples]
+
+    def _cached(self, raw: bytes, name: str, labels: Labels) -> Entry:
+        entry = self._entry(raw, name, labels)
+        self._cache[raw] = entry
+        if isinstance(entry, Derived):
+            self._derived.add(entry)
+        return entry
+
+    def _prune(self, live: set[bytes]) -> None:
+        """Keep the cache near the live series: texts with changing sizes in labels churn."""
+        if len(self._cache) > 2 * len(live) + 64:
+            self._cache = {k: v for k, v in self._cache.items() if k in live}
+            self._derived = {e for e in self._cache.values() if isinstance(e, Derived)}
 
     def _assemble(self, keys: list[Entry], values: Iterable[float]) -> Batch:
         out: dict[Entry, float] = dict(zip(keys, values, strict=True))

@@ -20,9 +20,9 @@ from agent.fakenvml import FakeCard, FakeNvml
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
 from agent.push import Backlog, Pusher
-from collector.app import owned
 from collector.demo.simulator import Allocation, SimulatedNode
 from collector.sources.pods import Claim, PodRef, StaticDirectory
+from collector.tasks import owned
 
 REGION_FILE = "region.cache"
 

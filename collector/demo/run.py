@@ -19,12 +19,13 @@ from pathlib import Path
 from aiohttp import web
 
 from collector import logs
-from collector.app import build_app, owned
+from collector.app import build_app
 from collector.config import parse_listen
 from collector.demo.agents import SimulatedDirectory, run_agent
 from collector.demo.monitors import MonitorFarm
 from collector.demo.simulator import SimulatedNode, build_cluster
 from collector.settings import CollectorSettings
+from collector.tasks import owned
 
 DEMO_FLAVOURS = ("hami", "hami-legacy", "volcano", "kai")
 DRA_NODES = 2

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.payload import Card, Payload, Region
+from agent.payload import Payload
 from collector import schema
 from collector.exposition.render import series_key
 from collector.normalise import Batch
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
-from collector.sources.pods import PodDirectory, PodRef
+from collector.sources.pods import PodDirectory
 from collector.store import Source, Store
 
 log = logging.getLogger(__name__)
@@ -39,62 +38,85 @@ class PushConfig:
     priority: int
 
 
-def card_series(card: Card) -> Iterator[tuple[bytes, float]]:
-    """A card's host series, labelled as HAMi's monitor labels them."""
-    labels = (
-        ("device_index", str(card.index)),
-        ("device_type", f"NVIDIA-{card.name}"),
-        ("device_uuid", card.uuid[:40]),
-        ZONE,
-    )
-    readings = (
-        ("hami_host_gpu_memory_used_bytes", card.memory_used),
-        ("hami_host_gpu_utilization_ratio", card.utilization),
-        ("hami_host_gpu_memory_controller_utilization_ratio", card.memory_utilization),
-        ("hami_host_gpu_temperature_celsius", card.temperature),
-        ("hami_host_gpu_power_usage_watts", card.power),
-    )
-    for name, value in readings:
+HOST_FAMILIES = (
+    "hami_host_gpu_memory_used_bytes",
+    "hami_host_gpu_utilization_ratio",
+    "hami_host_gpu_memory_controller_utilization_ratio",
+    "hami_host_gpu_temperature_celsius",
+    "hami_host_gpu_power_usage_watts",
+)
+CONTAINER_FAMILIES = (
+    schema.VGPU_MEMORY_USED,
+    schema.CONTAINER_MEMORY,
+    "hami_vgpu_memory_limit_bytes",
+    "hami_container_device_utilization_ratio",
+    "hami_vgpu_memory_context_bytes",
+    "hami_vgpu_memory_module_bytes",
+    "hami_vgpu_memory_buffer_bytes",
+    "hami_container_last_kernel_elapsed_seconds",
+)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class SeriesKeys:
+    """The series keys of one node's pushes, kept from one push to the next.
+
+    Building a key is most of a push's cost, and a node's label sets rarely
+    change between two snapshots; keys not used by the latest push are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[Labels, tuple[bytes, ...]] = {}
+        self._current: dict[Labels, tuple[bytes, ...]] = {}
+
+    def of(self, families: tuple[str, ...], labels: Labels) -> tuple[bytes, ...]:
+        """The keys of ``families`` with ``labels``, in the order of ``families``."""
+        keys = self._current.get(labels) or self._previous.get(labels)
+        if keys is None:
+            keys = tuple(series_key(name, labels) for name in families)
+        self._current[labels] = keys
+        return keys
+
+    def done(self) -> None:
+        """End a push: what it did not use is forgotten after the next."""
+        self._previous, self._current = self._current, {}
+
+
+def _put(
+    series: dict[bytes, float], keys: tuple[bytes, ...], values: tuple[float | None, ...]
+) -> None:
+    for key, value in zip(keys, values, strict=True):
         if value is not None:
-            yield series_key(name, labels), float(value)
+            series[key] = float(value)
 
 
-def region_series(
-    region: Region, pod: PodRef, container: str, now: float
-) -> Iterator[tuple[bytes, float]]:
-    """A region's container series, one set per vGPU device."""
-    elapsed = None
-    if region.last_kernel_time:
-        elapsed = float(max(int(now) - region.last_kernel_time, 0))
-    for device in region.devices:
-        labels = (
-            ("container", container),
-            ("device_uuid", device.uuid[:40]),
-            ("namespace", pod.namespace),
-            ("pod", pod.name),
-            ("vdevice_index", str(device.index)),
+def to_batch(
+    payload: Payload, pods: PodDirectory, keys: SeriesKeys | None = None
+) -> tuple[Batch, int]:
+    """Turn a payload into canonical series; return them and how many regions had no live owner.
+
+    The series are those a HAMi v2.10 monitor exports for the same readings,
+    labelled as it labels them (``device_type`` = "NVIDIA-" + NVML name, the
+    first 40 characters of a UUID), plus temperature and power.
+    """
+    keys = keys or SeriesKeys()
+    series: dict[bytes, float] = {}
+    for card in payload.cards:
+        labels: Labels = (
+            ("device_index", str(card.index)),
+            ("device_type", f"NVIDIA-{card.name}"),
+            ("device_uuid", card.uuid[:40]),
             ZONE,
         )
         readings = (
-            (schema.VGPU_MEMORY_USED, device.memory_used),
-            (schema.CONTAINER_MEMORY, device.memory_used),
-            ("hami_vgpu_memory_limit_bytes", device.memory_limit),
-            ("hami_container_device_utilization_ratio", device.sm_utilization),
-            ("hami_vgpu_memory_context_bytes", device.context),
-            ("hami_vgpu_memory_module_bytes", device.module),
-            ("hami_vgpu_memory_buffer_bytes", device.buffer),
-            ("hami_container_last_kernel_elapsed_seconds", elapsed),
+            card.memory_used,
+            card.utilization,
+            card.memory_utilization,
+            card.temperature,
+            card.power,
         )
-        for name, value in readings:
-            if value is not None:
-                yield series_key(name, labels), float(value)
-
-
-def to_batch(payload: Payload, pods: PodDirectory) -> tuple[Batch, int]:
-    """Turn a payload into canonical series; return them and how many regions had no live owner."""
-    series: dict[bytes, float] = {}
-    for card in payload.cards:
-        series.update(card_series(card))
+        _put(series, keys.of(HOST_FAMILIES, labels), readings)
     unowned = 0
     for region in payload.regions:
         if region.claim_uid is not None:
@@ -105,7 +127,31 @@ def to_batch(payload: Payload, pods: PodDirectory) -> tuple[Batch, int]:
         if owner is None or owner[0].node != payload.node:
             unowned += 1
             continue
-        series.update(region_series(region, owner[0], owner[1], payload.time))
+        pod, container = owner
+        elapsed = None
+        if region.last_kernel_time:
+            elapsed = float(max(int(payload.time) - region.last_kernel_time, 0))
+        for device in region.devices:
+            labels = (
+                ("container", container),
+                ("device_uuid", device.uuid[:40]),
+                ("namespace", pod.namespace),
+                ("pod", pod.name),
+                ("vdevice_index", str(device.index)),
+                ZONE,
+            )
+            readings = (
+                device.memory_used,
+                device.memory_used,
+                device.memory_limit,
+                device.sm_utilization,
+                device.context,
+                device.module,
+                device.buffer,
+                elapsed,
+            )
+            _put(series, keys.of(CONTAINER_FAMILIES, labels), readings)
+    keys.done()
     return Batch(series, samples=len(series), dropped=unowned), unowned
 
 
@@ -127,6 +173,7 @@ class PushReceiver:
         self._config = config
         self._inflight = 0
         self._seen: dict[str, tuple[str, int]] = {}
+        self._keys: dict[str, SeriesKeys] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         """Accept (204) or refuse one payload with a JSON error naming the reason."""
@@ -172,7 +219,10 @@ class PushReceiver:
         seen = self._seen.get(payload.node)
         if seen is not None and seen[0] == payload.agent and payload.sequence <= seen[1]:
             return web.Response(status=204)
-        batch, unowned = to_batch(payload, self._pods)
+        keys = self._keys.get(payload.node)
+        if keys is None:
+            keys = self._keys[payload.node] = SeriesKeys()
+        batch, unowned = to_batch(payload, self._pods, keys)
         self._seen[payload.node] = (payload.agent, payload.sequence)
         source = Source(
             f"agent/{payload.node}",
@@ -188,6 +238,7 @@ class PushReceiver:
     def forget(self, node: str) -> None:
         """Drop what is remembered of a node whose agent went stale."""
         self._seen.pop(node, None)
+        self._keys.pop(node, None)
 
     def _refuse(
         self,

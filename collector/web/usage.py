@@ -3,12 +3,13 @@
 A :class:`~collector.store.NodeView` is immutable and replaced whenever its node
 changes, which for a scraped node is every scrape. What the view's *keys* say
 (which card or container each series belongs to, and as which reading) changes
-far less often, so it is kept apart as the node's :class:`Shape`: labels are
-parsed once per key for as long as the key stays live on its node (a new shape
-takes over the previous one's classifications), and a new view with the same
-key set as the last one costs one C-level comparison of the two key sets plus a
-lookup per card reading. Container readings are read from the view only when
-asked for. Nothing here outlives the store's own keys.
+only when cards or containers come and go, so it is kept as the node's
+:class:`Shape`. A new view with the same keys as the last (in steady state the
+very same key objects, in the same order) costs one C-level pass of identity
+checks plus a lookup per card reading; a new key set costs one label parse per
+card and per container vGPU (their families share the label text). Container
+readings are taken from the view only when asked for. Nothing is kept for a
+node beyond its current view.
 
 Cards are identified by ``device_uuid`` (by ``device_index`` when a flavour
 sends no UUID), so two sources' copies of one card with different label sets
@@ -20,6 +21,7 @@ device UUID.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
@@ -113,16 +115,15 @@ class Shape:
     each of its readings (None where no series carries that reading).
     """
 
-    __slots__ = ("cards", "container_count", "containers", "infos", "namespaces")
+    __slots__ = ("cards", "container_count", "containers", "keys", "namespaces")
 
-    def __init__(self, series: Mapping[bytes, float], known: Mapping[bytes, _Info]) -> None:
-        self.infos: dict[bytes, _Info] = {}
+    def __init__(self, series: Mapping[bytes, float]) -> None:
+        self.keys = tuple(series)
         cards: dict[str, tuple[CardLabels, list[bytes | None]]] = {}
         containers: dict[ContainerLabels, list[bytes | None]] = {}
         classify = _Classifier()
-        for key in series:
-            info = known[key] if key in known else classify(key)
-            self.infos[key] = info
+        for key in self.keys:
+            info = classify(key)
             if isinstance(info, _CardKey):
                 held = cards.get(info.card)
                 if held is None:
@@ -151,8 +152,12 @@ class Shape:
         self.namespaces = frozenset(labels[0] for labels in containers)
 
     def fits(self, series: Mapping[bytes, float]) -> bool:
-        """Whether ``series`` has exactly the keys this shape was made from."""
-        return series.keys() == self.infos.keys()
+        """Whether ``series`` has the keys this shape was made from, in the same order.
+
+        Batches of one source keep their order (the monitor's), and in steady
+        state the very same key objects, so this is a C-level pass of identity checks.
+        """
+        return len(series) == len(self.keys) and tuple(series) == self.keys
 
 
 class NodeUsage:
@@ -229,7 +234,7 @@ class UsageIndex:
         if cached is not None and cached.shape.fits(view.series):
             shape = cached.shape
         else:
-            shape = Shape(view.series, cached.shape.infos if cached is not None else {})
+            shape = Shape(view.series)
         usage = NodeUsage(view, shape)
         self._nodes[view.node] = usage
         return usage
@@ -244,9 +249,10 @@ class UsageIndex:
 
 
 class _Classifier:
-    """Tells what a key is to the read model, parsing each label text once per pass.
+    """Tells what a key is to the read model, parsing each label text once.
 
-    The families of one card (or one container vGPU) share their label text.
+    The families of one card (or one container vGPU) share their label text
+    (``{...}``), so a node's keys need one parse per card and per vGPU.
     """
 
     def __init__(self) -> None:
@@ -260,26 +266,35 @@ class _Classifier:
         if slot is not None:
             card = self._cards.get(text)
             if card is None:
-                labels = _label_map(key, text)
-                index = labels.get("device_index", "")
-                card = (_int(index), labels.get("device_uuid", ""), labels.get("device_type"))
-                self._cards[text] = card
+                card = self._cards[text] = _card_labels(_label_map(key, text))
             return _CardKey(slot, card)
         slot = _CONTAINER_SLOTS.get(name)
         if slot is not None:
             container = self._containers.get(text)
             if container is None:
-                labels = _label_map(key, text)
-                container = (
-                    labels.get("namespace", ""),
-                    labels.get("pod", ""),
-                    labels.get("container", ""),
-                    labels.get("vdevice_index", ""),
-                    labels.get("device_uuid", ""),
-                )
-                self._containers[text] = container
+                container = self._containers[text] = _container_labels(_label_map(key, text))
             return _ContainerKey(slot, container)
         return None
+
+
+def _card_labels(labels: dict[str, str]) -> CardLabels:
+    kind = labels.get("device_type")
+    return (
+        _int(labels.get("device_index", "")),
+        labels.get("device_uuid", ""),
+        None if kind is None else sys.intern(kind),
+    )
+
+
+def _container_labels(labels: dict[str, str]) -> ContainerLabels:
+    # Namespaces, container names and indexes repeat across pods and nodes: share them.
+    return (
+        sys.intern(labels.get("namespace", "")),
+        labels.get("pod", ""),
+        sys.intern(labels.get("container", "")),
+        sys.intern(labels.get("vdevice_index", "")),
+        labels.get("device_uuid", ""),
+    )
 
 
 def _label_map(key: bytes, text: bytes) -> dict[str, str]:
