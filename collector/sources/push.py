@@ -109,14 +109,14 @@ def to_batch(
             ("device_uuid", card.uuid[:40]),
             ZONE,
         )
-        readings = (
+        host_values: tuple[float | None, ...] = (
             card.memory_used,
             card.utilization,
             card.memory_utilization,
             card.temperature,
             card.power,
         )
-        _put(series, keys.of(HOST_FAMILIES, labels), readings)
+        _put(series, keys.of(HOST_FAMILIES, labels), host_values)
     unowned = 0
     for region in payload.regions:
         if region.claim_uid is not None:
@@ -140,7 +140,7 @@ def to_batch(
                 ("vdevice_index", str(device.index)),
                 ZONE,
             )
-            readings = (
+            device_values: tuple[float | None, ...] = (  # in CONTAINER_FAMILIES' order
                 device.memory_used,
                 device.memory_used,
                 device.memory_limit,
@@ -150,7 +150,7 @@ def to_batch(
                 device.buffer,
                 elapsed,
             )
-            _put(series, keys.of(CONTAINER_FAMILIES, labels), readings)
+            _put(series, keys.of(CONTAINER_FAMILIES, labels), device_values)
     keys.done()
     return Batch(series, samples=len(series), dropped=unowned), unowned
 
