@@ -15,12 +15,22 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from collector import __version__
+from collector.exposition.render import escape_label_value, format_value, render_header
 from collector.normalise import Batch
 from collector.sources.targets import FLAVOURS
 from collector.store import Source, Store
 
 _PREFIX = "hami_usage_collector_"
 _SOURCE = ("node", "source", "kind")
+_SOURCE_FAMILIES = (
+    ("source_up", "1 if the source's latest scrape or push succeeded."),
+    (
+        "source_last_success_timestamp_seconds",
+        "When the source last delivered a good batch (Unix time).",
+    ),
+    ("source_scrape_duration_seconds", "How long the latest scrape took."),
+    ("source_samples", "Samples in the source's latest good batch."),
+)
 
 
 class SelfMetrics:
@@ -34,30 +44,7 @@ class SelfMetrics:
         self.targets = Gauge(
             _PREFIX + "targets", "Scrape targets known, by flavour.", ["flavour"], registry=r
         )
-        self.up = Gauge(
-            _PREFIX + "source_up",
-            "1 if the source's latest scrape or push succeeded.",
-            _SOURCE,
-            registry=r,
-        )
-        self.last_success = Gauge(
-            _PREFIX + "source_last_success_timestamp_seconds",
-            "When the source last delivered a good batch (Unix time).",
-            _SOURCE,
-            registry=r,
-        )
-        self.duration = Gauge(
-            _PREFIX + "source_scrape_duration_seconds",
-            "How long the latest scrape took.",
-            _SOURCE,
-            registry=r,
-        )
-        self.samples = Gauge(
-            _PREFIX + "source_samples",
-            "Samples in the source's latest good batch.",
-            _SOURCE,
-            registry=r,
-        )
+        self._sources = _SourceTable()
         self.errors = Counter(
             _PREFIX + "scrape_errors", "Failed scrapes, by reason.", ["kind", "reason"], registry=r
         )
@@ -97,19 +84,25 @@ class SelfMetrics:
 
     def scraped(self, source: Source, duration: float, batch: Batch, wall: float) -> None:
         """Record a good scrape."""
-        labels = (source.node, source.name, source.kind)
-        self.up.labels(*labels).set(1)
-        self.last_success.labels(*labels).set(wall)
-        self.duration.labels(*labels).set(duration)
-        self._accepted(labels, batch)
+        self._sources.set(
+            source,
+            source_up=1,
+            source_last_success_timestamp_seconds=wall,
+            source_scrape_duration_seconds=duration,
+            source_samples=batch.samples,
+        )
+        self._accepted(batch)
 
     def pushed(self, source: Source, batch: Batch, unowned: int, wall: float) -> None:
         """Record an accepted push; ``unowned`` regions had no live pod or claim."""
-        labels = (source.node, source.name, source.kind)
-        self.up.labels(*labels).set(1)
-        self.last_success.labels(*labels).set(wall)
+        self._sources.set(
+            source,
+            source_up=1,
+            source_last_success_timestamp_seconds=wall,
+            source_samples=batch.samples,
+        )
         self.unowned.inc(unowned)
-        self._accepted(labels, batch)
+        self._accepted(batch)
 
     def push_refused(self, reason: str) -> None:
         """Record a refused push."""
@@ -118,14 +111,11 @@ class SelfMetrics:
 
     def failed(self, source: Source, duration: float, reason: str) -> None:
         """Record a failed scrape; ``reason`` is a short fixed word (timeout, http, parse, ...)."""
-        labels = (source.node, source.name, source.kind)
-        self.up.labels(*labels).set(0)
-        self.duration.labels(*labels).set(duration)
+        self._sources.set(source, source_up=0, source_scrape_duration_seconds=duration)
         self.errors.labels(source.kind, reason).inc()
         self.version += 1
 
-    def _accepted(self, labels: tuple[str, str, str], batch: Batch) -> None:
-        self.samples.labels(*labels).set(batch.samples)
+    def _accepted(self, batch: Batch) -> None:
         self.conflicts.inc(batch.conflicts)
         self.duplicates.inc(batch.duplicates)
         self.dropped.inc(batch.dropped)
@@ -133,21 +123,56 @@ class SelfMetrics:
 
     def forget(self, source: Source) -> None:
         """Drop a removed source's series: ours forget what is gone too."""
-        labels = (source.node, source.name, source.kind)
-        for gauge in (self.up, self.last_success, self.duration, self.samples):
-            try:
-                gauge.remove(*labels)
-            except KeyError:
-                continue
+        self._sources.forget(source)
         self.version += 1
 
-    def render(self, openmetrics: bool) -> bytes:
-        """Render our own metrics; the OpenMetrics form without its ``# EOF``."""
+    def render(self, openmetrics: bool) -> list[bytes]:
+        """Render our own metrics; the OpenMetrics form without its ``# EOF``.
+
+        The per-source families (thousands of series) come from our own cached
+        lines; prometheus_client renders the few others.
+        """
         if openmetrics:
             page: bytes = generate_openmetrics(self.registry)  # type: ignore[no-untyped-call]
-            return page.removesuffix(b"# EOF\n")
-        text: bytes = generate_latest(self.registry)
-        return text
+            page = page.removesuffix(b"# EOF\n")
+        else:
+            page = generate_latest(self.registry)
+        return [page, *self._sources.render(openmetrics)]
+
+
+class _SourceTable:
+    """Per-source gauges, each source's lines rendered once per change.
+
+    Why not prometheus_client: rendering thousands of labelled children on
+    every page build took longer than the whole cluster's own lines.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[Source, dict[str, float]] = {}
+        self._lines: dict[Source, dict[str, bytes]] = {}
+
+    def set(self, source: Source, **values: float) -> None:
+        current = self._values.setdefault(source, {})
+        current.update(values)
+        labels = (
+            f'{{kind="{escape_label_value(source.kind)}",node="{escape_label_value(source.node)}",'
+            f'source="{escape_label_value(source.name)}"}} '
+        ).encode()
+        self._lines[source] = {
+            name: b"%s%s%s%s\n" % (_PREFIX.encode(), name.encode(), labels, format_value(value))
+            for name, value in current.items()
+        }
+
+    def forget(self, source: Source) -> None:
+        self._values.pop(source, None)
+        self._lines.pop(source, None)
+
+    def render(self, openmetrics: bool) -> list[bytes]:
+        parts = []
+        for name, help_text in _SOURCE_FAMILIES:
+            parts.append(render_header(_PREFIX + name, "gauge", help_text, openmetrics))
+            parts.extend(lines[name] for lines in self._lines.values() if name in lines)
+        return parts
 
 
 class _StoreCollector:

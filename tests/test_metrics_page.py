@@ -35,7 +35,7 @@ def filled_store() -> Store:
 def test_page_is_valid_and_labels_every_series_with_its_node() -> None:
     store = filled_store()
     page = MetricsPage(store, SelfMetrics(store))
-    body = asyncio.run(page.body(openmetrics=False, compressed=False))
+    body = b"".join(asyncio.run(page.body(openmetrics=False, compressed=False)))
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     used = families["hami_vgpu_memory_used_bytes"]
     assert used.type == "gauge"
@@ -61,7 +61,7 @@ def test_page_is_valid_and_labels_every_series_with_its_node() -> None:
 def test_families_are_contiguous_sorted_and_each_series_appears_once() -> None:
     store = filled_store()
     page = MetricsPage(store, SelfMetrics(store))
-    body = asyncio.run(page.body(openmetrics=False, compressed=False))
+    body = b"".join(asyncio.run(page.body(openmetrics=False, compressed=False)))
     parsed = parse(body)
     assert len({s.series for s in parsed.samples}) == len(parsed.samples)
     helps = [line for line in body.split(b"\n") if line.startswith(b"# HELP")]
@@ -76,9 +76,9 @@ def test_openmetrics_and_gzip_forms_hold_the_same_samples() -> None:
 
     async def forms() -> tuple[bytes, bytes, bytes]:
         return (
-            await page.body(openmetrics=False, compressed=False),
-            await page.body(openmetrics=True, compressed=False),
-            await page.body(openmetrics=False, compressed=True),
+            b"".join(await page.body(openmetrics=False, compressed=False)),
+            b"".join(await page.body(openmetrics=True, compressed=False)),
+            b"".join(await page.body(openmetrics=False, compressed=True)),
         )
 
     text, om, zipped = asyncio.run(forms())
@@ -101,7 +101,7 @@ def test_builds_are_shared_until_something_changes() -> None:
         store.put(Source("n1", "n1", "n1", "hami", 1), Normaliser("n1").normalise(b"m 1\n"), at=1)
         changed = await page.body(False, True)
         assert changed is not first
-        assert b'm{node="n1"} 1.0' in gzip.decompress(changed)
+        assert b'm{node="n1"} 1.0' in gzip.decompress(b"".join(changed))
 
     asyncio.run(run())
 
