@@ -34,6 +34,7 @@ from collector.tasks import owned
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
+from collector.web.rest import RestApi
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.router.add_routes(PrometheusAPI(store, settings.lookback).routes())
     app.router.add_post("/api/v1/push", push)
     app.router.add_routes(health.routes(ready))
+    rest_api = RestApi(STORE, SETTINGS)
+    app.router.add_routes(rest_api.routes())
+    app.cleanup_ctx.append(rest_api.warming)
     return app
 
 

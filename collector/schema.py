@@ -43,6 +43,10 @@ FAMILIES: Mapping[str, Family] = {
         Family("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"),
         Family("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"),
         Family("hami_mig_device_info", "MIG runtime identity for a container allocation"),
+        # Readings that upstream HAMi's later monitors add and our agent sends:
+        Family("hami_host_gpu_memory_total_bytes", "GPU device memory total in bytes"),
+        Family("hami_host_gpu_temperature_celsius", "GPU temperature in degrees Celsius"),
+        Family("hami_host_gpu_power_usage_watts", "GPU power draw in watts"),
     )
 }
 

@@ -25,7 +25,11 @@ from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
-AGENT_EXTRAS = {"hami_host_gpu_temperature_celsius", "hami_host_gpu_power_usage_watts"}
+AGENT_EXTRAS = {
+    "hami_host_gpu_memory_total_bytes",
+    "hami_host_gpu_temperature_celsius",
+    "hami_host_gpu_power_usage_watts",
+}
 
 
 def snapshot(node: SimulatedNode, root: Path, dra: bool = False) -> Payload:

@@ -40,6 +40,7 @@ class PushConfig:
 
 HOST_FAMILIES = (
     "hami_host_gpu_memory_used_bytes",
+    "hami_host_gpu_memory_total_bytes",
     "hami_host_gpu_utilization_ratio",
     "hami_host_gpu_memory_controller_utilization_ratio",
     "hami_host_gpu_temperature_celsius",
@@ -111,6 +112,7 @@ def to_batch(
         )
         host_values: tuple[float | None, ...] = (
             card.memory_used,
+            card.memory_total,
             card.utilization,
             card.memory_utilization,
             card.temperature,
