@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import cast
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, cast
 
+import pytest
+import yaml
 from aiohttp import web
 
 from collector.app import build_app
@@ -53,3 +58,59 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
         await asyncio.sleep(0.05)
+
+
+TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "prometheus" / "usr" / "bin"
+
+
+def prometheus_tool(name: str) -> Path:
+    """Debian's ``prometheus`` or ``promtool``, fetched into .tools by ``make tools``."""
+    path = TOOLS / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make tools` (make test does it)")
+    return path
+
+
+@contextmanager
+def real_prometheus(
+    work: Path, config: Mapping[str, Any], tsdb: Path | None = None
+) -> Iterator[str]:
+    """A real Prometheus on a loopback port with ``config``, ready; stopped at the end."""
+    port = free_port()
+    (work / "prometheus.yml").write_text(yaml.safe_dump(dict(config)))
+    log = (work / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            prometheus_tool("prometheus"),
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tsdb or work / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _ready(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"prometheus did not start: {(work / 'prometheus.log').read_text()}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 import time
-from asyncio.subprocess import DEVNULL, PIPE, STDOUT
+from asyncio.subprocess import PIPE, STDOUT
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,24 +14,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
-from helpers import eventually, free_port, running_collector
+from helpers import eventually, prometheus_tool, real_prometheus, running_collector
 
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
 from collector.demo.simulator import build_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ROOT / ".tools" / "prometheus" / "usr" / "bin"
 DASHBOARD = ROOT / "dashboards" / "hami-usage.json"
 FROZEN = 1_900_000_000.0
-
-
-def tool(name: str) -> Path:
-    path = TOOLS / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make tools` (make test does it)")
-    return path
 
 
 @dataclass
@@ -221,7 +212,7 @@ async def test_every_dashboard_query_returns_data(api: Api) -> None:
 
 async def promtool(*args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        tool("promtool"), "query", *args, stdout=PIPE, stderr=STDOUT
+        prometheus_tool("promtool"), "query", *args, stdout=PIPE, stderr=STDOUT
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, out.decode()
@@ -276,7 +267,6 @@ def _comparable(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...
 
 
 async def test_same_answers_as_a_real_prometheus_that_scraped_us(api: Api, tmp_path: Path) -> None:
-    port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
         "scrape_configs": [
@@ -286,17 +276,8 @@ async def test_same_answers_as_a_real_prometheus_that_scraped_us(api: Api, tmp_p
             }
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prometheus = await asyncio.create_subprocess_exec(
-        tool("prometheus"),
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        stdout=DEVNULL,
-        stderr=DEVNULL,
-    )
-    real_base = f"http://127.0.0.1:{port}/api/v1"
-    try:
+    with real_prometheus(tmp_path, config) as prometheus:
+        real_base = f"{prometheus}/api/v1"
 
         async def scraped_twice() -> bool:
             try:
@@ -320,10 +301,3 @@ async def test_same_answers_as_a_real_prometheus_that_scraped_us(api: Api, tmp_p
                 _comparable(theirs), rel=1e-9
             ), query
             assert theirs, f"the golden query {query} must return data"
-    finally:
-        prometheus.terminate()
-        try:
-            await asyncio.wait_for(prometheus.wait(), 10)
-        except TimeoutError:
-            prometheus.kill()
-            await prometheus.wait()

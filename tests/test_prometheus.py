@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from asyncio.subprocess import DEVNULL, PIPE, STDOUT
+from asyncio.subprocess import PIPE, STDOUT
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,21 +12,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
-from helpers import eventually, free_port, running_collector
+from helpers import eventually, prometheus_tool, real_prometheus, running_collector
 
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
 from collector.demo.simulator import build_cluster
-
-TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "prometheus" / "usr" / "bin"
-
-
-def tool(name: str) -> Path:
-    path = TOOLS / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make tools` (make test does it)")
-    return path
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ async def test_promtool_accepts_the_page(collector_url: tuple[str, MonitorFarm])
         async with http.get(f"{base}/metrics") as resp:
             page = await resp.read()
     promtool = await asyncio.create_subprocess_exec(
-        tool("promtool"), "check", "metrics", stdin=PIPE, stdout=PIPE, stderr=STDOUT
+        prometheus_tool("promtool"), "check", "metrics", stdin=PIPE, stdout=PIPE, stderr=STDOUT
     )
     output, _ = await asyncio.wait_for(promtool.communicate(page), 60)
     assert promtool.returncode == 0, output.decode()
@@ -64,7 +54,6 @@ async def test_prometheus_scrapes_every_node_once(
     collector_url: tuple[str, MonitorFarm], tmp_path: Path
 ) -> None:
     base, farm = collector_url
-    port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
         "scrape_configs": [
@@ -74,21 +63,12 @@ async def test_prometheus_scrapes_every_node_once(
             }
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    process = await asyncio.create_subprocess_exec(
-        tool("prometheus"),
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        stdout=DEVNULL,
-        stderr=DEVNULL,
-    )
-    try:
+    with real_prometheus(tmp_path, config) as prometheus:
         async with aiohttp.ClientSession() as http:
 
             async def query(promql: str) -> list[dict[str, Any]]:
                 params = {"query": promql}
-                async with http.get(f"http://127.0.0.1:{port}/api/v1/query", params=params) as resp:
+                async with http.get(f"{prometheus}/api/v1/query", params=params) as resp:
                     answer = await resp.json()
                 assert answer["status"] == "success", answer
                 result: list[dict[str, Any]] = answer["data"]["result"]
@@ -117,10 +97,3 @@ async def test_prometheus_scrapes_every_node_once(
             assert not [k for s in series for k in s["metric"] if k.startswith("exported_")]
             legacy = await query('{__name__=~"HostCoreUtilization|vGPU_.*|Device_.*"}')
             assert legacy == []
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()
-            await process.wait()

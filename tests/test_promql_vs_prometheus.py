@@ -15,16 +15,14 @@ import json
 import math
 import random
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import free_port
+from helpers import prometheus_tool, real_prometheus
 from test_promql import MemoryStorage
 
 from collector.promql.evaluate import (
@@ -36,8 +34,6 @@ from collector.promql.evaluate import (
     instant_query,
     range_query,
 )
-
-TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "prometheus" / "usr" / "bin"
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
 SPAN = 40 * 60
@@ -232,17 +228,9 @@ def openmetrics(series: list[tuple[dict[str, str], list[tuple[float, float]]]]) 
 # --- the real Prometheus ---
 
 
-def tool(name: str) -> Path:
-    path = TOOLS / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run make tools")
-    return path
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MemoryStorage]]:
     """A Prometheus serving the dataset, and the same data in memory."""
-    promtool, prometheus_bin = tool("promtool"), tool("prometheus")
     work = tmp_path_factory.mktemp("promql-diff")
     series = dataset()
     storage = MemoryStorage()
@@ -250,47 +238,20 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         storage.add(labels, points)
     (work / "data.om").write_text(openmetrics(series))
     subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", work / "data.om", work / "db"],
+        [
+            prometheus_tool("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            work / "data.om",
+            work / "db",
+        ],
         check=True,
         capture_output=True,
         timeout=60,
     )
-    (work / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (work / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            prometheus_bin,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'db'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"prometheus did not start: {(work / 'prometheus.log').read_text()}")
-            time.sleep(0.1)
+    with real_prometheus(work, {"global": {}}, tsdb=work / "db") as url:
         yield url, storage
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        log.close()
 
 
 def api(url: str, path: str, **params: str) -> dict[str, Any]:
