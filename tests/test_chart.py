@@ -1,0 +1,679 @@
+"""The Helm chart, rendered by a real helm v4 and read back.
+
+Every values file of ``charts/hami-usage-collector/ci`` is linted and rendered;
+every manifest is validated against the Kubernetes 1.29 and 1.35 schemas
+(kubernetes-validate, strict), the Prometheus Operator kinds against their
+CRDs' required fields; then the rendered YAML is read for what matters: RBAC
+has exactly the rules the collector needs, every container is locked down,
+the ServiceMonitor honours labels, the agent's host folder is read-only, the
+env vars are accepted by the programs' own settings models, and bad values are
+refused with a message naming them. helm comes from ``make tools``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from unittest import mock
+
+import pytest
+import yaml
+
+from agent.settings import AgentSettings
+from collector.settings import CollectorSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+HELM = ROOT / ".tools" / "helm" / "helm"
+CHART = ROOT / "charts" / "hami-usage-collector"
+CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+RELEASE = "huc"
+NAMESPACE = "gpu-monitoring"
+FULLNAME = f"{RELEASE}-hami-usage-collector"
+AGENT = f"{FULLNAME}-agent"
+URL = f"http://{FULLNAME}.{NAMESPACE}:9396"
+KUBE_VERSIONS = ("1.29", "1.35")
+MONITOR_API = "monitoring.coreos.com/v1"
+
+Doc = dict[str, Any]
+S = TypeVar("S", CollectorSettings, AgentSettings)
+
+# Each rule as (apiGroup, resource, verb).
+POD_READ = {("", "pods", verb) for verb in ("get", "list", "watch")}
+PUSH_RULES = {("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")} | {
+    ("authentication.k8s.io", "tokenreviews", "create")
+}
+
+# Settings the chart sets itself (or cannot offer: files it does not mount);
+# every other setting must be accepted by collector.settings / agent.settings.
+COLLECTOR_OWNED = {
+    "listen",
+    "kubernetes",
+    "kubeconfig",
+    "targets_file",
+    "namespaces",
+    "flavours",
+    "hami_selector",
+    "volcano_selector",
+    "kai_selector",
+    "hami_port",
+    "volcano_port",
+    "kai_port",
+    "push_auth",
+    "push_token_file",
+    "push_audience",
+    "push_service_accounts",
+    "log_format",
+    "log_level",
+}
+AGENT_OWNED = {
+    "collector",
+    "node",
+    "roots",
+    "nvml",
+    "token_file",
+    "listen",
+    "log_format",
+    "log_level",
+}
+
+
+class HelmError(Exception):
+    """helm exited non-zero; the message is what it printed."""
+
+
+def helm(*args: str | Path) -> str:
+    """Run the project's helm; its stdout, or HelmError with its output."""
+    if not HELM.exists():
+        pytest.fail(
+            f"helm is missing ({HELM.relative_to(ROOT)}): run `make tools` or `make chart-check`"
+        )
+    done = subprocess.run(
+        [str(HELM), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HELM_CACHE_HOME": "/nonexistent", "HELM_CONFIG_HOME": "/nonexistent"},
+    )
+    if done.returncode != 0:
+        raise HelmError(f"{done.stdout}\n{done.stderr}".strip())
+    return done.stdout
+
+
+def template(*args: str | Path) -> list[Doc]:
+    """``helm template`` of the chart as release huc in gpu-monitoring; the manifests."""
+    out = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *args)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def notes(*args: str | Path) -> str:
+    """NOTES.txt as ``helm install --dry-run=client`` prints it."""
+    out = helm("install", RELEASE, CHART, "--namespace", NAMESPACE, "--dry-run=client", *args)
+    return out.partition("NOTES:\n")[2]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[Doc]]:
+    """Every ci values file, rendered (in parallel: each helm run is a process)."""
+    with ThreadPoolExecutor(8) as pool:
+        docs = pool.map(lambda f: template("-f", f), CI_FILES)
+        return {f.name.removesuffix("-values.yaml"): d for f, d in zip(CI_FILES, docs, strict=True)}
+
+
+def find(docs: Sequence[Doc], kind: str, name: str | None = None) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+
+
+def one(docs: Sequence[Doc], kind: str, name: str | None = None) -> Doc:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def container(workload: Doc) -> Doc:
+    containers: list[Doc] = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(workload: Doc) -> dict[str, str]:
+    """The container's plain env values (valueFrom entries left out)."""
+    return {e["name"]: e["value"] for e in container(workload).get("env", []) if "value" in e}
+
+
+def rules(role: Doc) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_ci_matrix_covers_the_cases() -> None:
+    names = {f.name.removesuffix("-values.yaml") for f in CI_FILES}
+    assert {
+        "default",
+        "agent-off",
+        "servicemonitor",
+        "podmonitor",
+        "namespaced",
+        "namespaced-agent-off",
+        "replicas",
+        "hami",
+        "volcano",
+        "kai",
+        "dra",
+    } <= names
+
+
+def test_lint_strict_every_values_file() -> None:
+    def lint(values: Path) -> str:
+        try:
+            helm("lint", "--strict", "--quiet", CHART, "-f", values)
+        except HelmError as exc:
+            return f"{values.name}: {exc}"
+        return ""
+
+    with ThreadPoolExecutor(8) as pool:
+        failures = [f for f in pool.map(lint, CI_FILES) if f]
+    assert not failures
+
+
+def test_manifests_validate_against_kubernetes_schemas(rendered: dict[str, list[Doc]]) -> None:
+    try:
+        import kubernetes_validate  # type: ignore[import-untyped]
+    except ImportError:
+        pytest.fail("kubernetes-validate is missing: reinstall the venv (`make test` does it)")
+    errors = []
+    for name, docs in rendered.items():
+        for doc in docs:
+            if doc["apiVersion"] == MONITOR_API:
+                continue  # no schema in kubernetes-validate: test_monitor_kinds_match_their_crds
+            for version in KUBE_VERSIONS:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    path = ".".join(map(str, exc.path))
+                    errors.append(f"{name}: {doc['kind']} {version}: {path}: {exc.message}")
+                except kubernetes_validate.SchemaNotFoundError as exc:
+                    errors.append(f"{name}: {exc.message}")
+    assert not errors
+
+
+def test_dashboard_copy_is_the_original() -> None:
+    copy = CHART / "dashboards" / "hami-usage.json"
+    original = ROOT / "dashboards" / "hami-usage.json"
+    assert copy.read_bytes() == original.read_bytes(), f"cp {original} {copy}"
+
+
+# --- RBAC -------------------------------------------------------------------------
+
+
+def test_rbac_default_is_exactly_pods_claims_tokenreviews(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["default"]
+    assert not find(docs, "Role")
+    role = one(docs, "ClusterRole")
+    assert rules(role) == POD_READ | PUSH_RULES
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+
+
+def test_rbac_without_pushes_reads_pods_only(rendered: dict[str, list[Doc]]) -> None:
+    assert rules(one(rendered["agent-off"], "ClusterRole")) == POD_READ
+
+
+def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
+    # Agent off: one Role per namespace, nothing cluster-scoped.
+    docs = rendered["namespaced-agent-off"]
+    assert not find(docs, "ClusterRole")
+    assert not find(docs, "ClusterRoleBinding")
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["hami-system", "kube-system"]
+    assert all(rules(r) == POD_READ for r in roles)
+    for binding in find(docs, "RoleBinding"):
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+    # Agent on: push attribution keeps its cluster-wide grant (and says so in NOTES).
+    docs = rendered["namespaced"]
+    assert len(find(docs, "Role")) == 2
+    assert rules(one(docs, "ClusterRole")) == POD_READ | PUSH_RULES
+
+
+def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
+    for name, docs in rendered.items():
+        for role in find(docs, "ClusterRole") + find(docs, "Role"):
+            granted = rules(role)
+            assert granted <= POD_READ | PUSH_RULES, name
+            assert not any("*" in part for rule in granted for part in rule), name
+        # The agent's service account is bound to nothing.
+        for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
+            assert all(s["name"] != AGENT for s in binding["subjects"]), name
+
+
+# --- workloads ----------------------------------------------------------------------
+
+
+def test_every_container_is_locked_down(rendered: dict[str, list[Doc]]) -> None:
+    for name, docs in rendered.items():
+        for workload in find(docs, "Deployment") + find(docs, "DaemonSet"):
+            pod = workload["spec"]["template"]["spec"]
+            where = f"{name}: {workload['kind']}"
+            assert pod["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
+            assert not pod.get("initContainers"), where
+            for c in pod["containers"]:
+                sc = c["securityContext"]
+                assert sc["runAsNonRoot"] is True, where
+                assert sc["readOnlyRootFilesystem"] is True, where
+                assert sc["allowPrivilegeEscalation"] is False, where
+                assert sc["capabilities"] == {"drop": ["ALL"]}, where
+                assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+                assert not sc.get("privileged"), where
+                assert c["resources"]["requests"], where
+                assert c["resources"]["limits"]["memory"], where
+
+
+def test_collector_deployment_and_service(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["default"]
+    deployment = one(docs, "Deployment", FULLNAME)
+    c = container(deployment)
+    assert c["command"] == ["hami-collector"]
+    assert c["args"] == ["serve"]
+    assert c["ports"] == [{"name": "http", "containerPort": 9396, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    service = one(docs, "Service", FULLNAME)
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 9396, "targetPort": "http", "protocol": "TCP"}
+    ]
+    selector = service["spec"]["selector"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    assert one(docs, "ServiceAccount", FULLNAME)
+    assert not find(docs, "PodDisruptionBudget")
+
+
+def test_pdb_with_two_replicas(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["replicas"]
+    assert one(docs, "Deployment")["spec"]["replicas"] == 2
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
+
+
+def test_agent_daemonset(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["default"]
+    ds = one(docs, "DaemonSet", AGENT)
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds)
+    assert c["command"] == ["hami-agent"]
+    assert c["args"] == ["run"]
+    assert pod["serviceAccountName"] == AGENT
+    assert pod["automountServiceAccountToken"] is False
+    # The region folder: a hostPath, mounted read-only; no other host path.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    host = [v for v in pod["volumes"] if "hostPath" in v]
+    assert [v["hostPath"]["path"] for v in host] == ["/usr/local/vgpu"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    for volume in host:
+        assert mounts[volume["name"]]["readOnly"] is True
+        assert mounts[volume["name"]]["mountPath"] == volume["hostPath"]["path"]
+    # The projected token carries the audience the collector checks.
+    collector_env = env_of(one(docs, "Deployment"))
+    (source,) = volumes["token"]["projected"]["sources"]
+    assert (
+        source["serviceAccountToken"]["audience"] == collector_env["HAMI_COLLECTOR_PUSH_AUDIENCE"]
+    )
+    env = env_of(ds)
+    assert Path(env["HAMI_AGENT_TOKEN_FILE"]) == (
+        Path(mounts["token"]["mountPath"]) / source["serviceAccountToken"]["path"]
+    )
+    assert env["HAMI_AGENT_COLLECTOR"] == URL
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    node_name = next(e for e in c["env"] if e["name"] == "NODE_NAME")
+    assert node_name["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # Only this agent may push.
+    assert collector_env["HAMI_COLLECTOR_PUSH_SERVICE_ACCOUNTS"] == f"{NAMESPACE}/{AGENT}"
+    # GPU nodes, tolerating the GPU taint.
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert len(terms["nodeSelectorTerms"]) == 2
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert c["livenessProbe"]["httpGet"]["port"] == "http"
+
+
+def test_agent_options(rendered: dict[str, list[Doc]]) -> None:
+    pod = one(rendered["dra"], "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    full = one(rendered["full"], "DaemonSet")
+    pod = full["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert "affinity" not in pod
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    env = env_of(full)
+    assert env["HAMI_AGENT_NVML"] == "false"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+    assert env["HAMI_AGENT_GRACE"] == "600"
+
+
+def test_agent_off_means_no_agent_and_no_pushes(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["agent-off"]
+    assert not find(docs, "DaemonSet")
+    assert [sa["metadata"]["name"] for sa in find(docs, "ServiceAccount")] == [FULLNAME]
+    assert env_of(one(docs, "Deployment"))["HAMI_COLLECTOR_PUSH_SERVICE_ACCOUNTS"] == ""
+
+
+@pytest.mark.parametrize(
+    ("values", "flavours", "namespaces"),
+    [
+        ("default", ["hami", "volcano", "kai"], []),
+        ("hami", ["hami"], ["kube-system"]),
+        ("volcano", ["volcano"], []),
+        ("kai", ["kai"], ["kai-resource-isolator"]),
+        ("dra", [], []),
+    ],
+)
+def test_discovery_flavours(
+    rendered: dict[str, list[Doc]], values: str, flavours: list[str], namespaces: list[str]
+) -> None:
+    env = env_of(one(rendered[values], "Deployment"))
+    settings = settings_from(CollectorSettings, env)
+    assert settings.flavours == flavours
+    assert settings.namespaces == namespaces
+    assert {k for k in env if k.endswith(("_SELECTOR", "_PORT"))} == {
+        f"HAMI_COLLECTOR_{f.upper()}_{what}" for f in flavours for what in ("SELECTOR", "PORT")
+    }
+
+
+# --- the programs accept what the chart renders --------------------------------------
+
+
+def settings_from(model: type[S], env: Mapping[str, str]) -> S:
+    """The program's settings model, built from exactly this environment."""
+    with mock.patch.dict(os.environ, dict(env), clear=True):
+        return model()
+
+
+def unknown_settings(env: Mapping[str, str], prefix: str, model: type[S]) -> set[str]:
+    """Env vars of ``prefix`` that name no setting (pydantic-settings would ignore them)."""
+    named = {k.removeprefix(prefix).lower() for k in env if k.startswith(prefix)}
+    return named - set(model.model_fields)
+
+
+def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> None:
+    for name, docs in rendered.items():
+        env = env_of(one(docs, "Deployment"))
+        assert not unknown_settings(env, "HAMI_COLLECTOR_", CollectorSettings), name
+        collector = settings_from(CollectorSettings, env)
+        assert collector.listen == "0.0.0.0:9396", name
+        assert collector.log_format == "json", name
+        for ds in find(docs, "DaemonSet"):
+            assert not unknown_settings(env_of(ds), "HAMI_AGENT_", AgentSettings), name
+            agent = settings_from(AgentSettings, {**env_of(ds), "NODE_NAME": "gpu-node-1"})
+            assert agent.node == "gpu-node-1", name
+            assert agent.listen == "0.0.0.0:9397", name
+            assert agent.token_file is not None, name
+    full = settings_from(CollectorSettings, env_of(one(rendered["full"], "Deployment")))
+    assert (full.interval, full.timeout, full.history_max_points) == (30, 7.5, 40_000_000)
+    assert full.passthrough_deny == ["go_.*", "python_.*"]
+    assert full.push_service_accounts == [f"{NAMESPACE}/{AGENT}", "other-ns/other-agent"]
+    assert full.push_audience == "gpu-usage"
+
+
+def schema() -> Doc:
+    loaded: Doc = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@pytest.mark.parametrize(
+    ("section", "model", "owned"),
+    [
+        ("collector", CollectorSettings, COLLECTOR_OWNED),
+        ("agent", AgentSettings, AGENT_OWNED),
+    ],
+)
+def test_settings_schema_follows_the_programs(
+    section: str, model: type[CollectorSettings | AgentSettings], owned: set[str]
+) -> None:
+    offered = {
+        snake(k) for k in schema()["properties"][section]["properties"]["settings"]["properties"]
+    }
+    fields = set(model.model_fields)
+    assert not offered & owned
+    assert offered | owned == fields, f"unmapped settings: {sorted(fields - offered - owned)}"
+
+
+def test_values_defaults_follow_the_programs() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    collector, agent = CollectorSettings(), AgentSettings()
+    discovery = values["discovery"]
+    assert discovery["flavours"] == collector.flavours
+    for flavour in collector.flavours:
+        assert discovery[flavour]["selector"] == getattr(collector, f"{flavour}_selector")
+        assert discovery[flavour]["port"] == getattr(collector, f"{flavour}_port")
+    assert values["push"]["audience"] == collector.push_audience
+    assert values["agent"]["roots"] == agent.roots
+    assert values["service"]["port"] == 9396
+
+
+def test_chart_version_follows_the_project() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["appVersion"] == project["version"]
+
+
+# --- Prometheus Operator ------------------------------------------------------------
+
+DURATION = re.compile(
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+# Fields of the CRDs (monitoring.coreos.com/v1) the chart may use, by object.
+MONITOR_SPEC_FIELDS = {
+    "ServiceMonitor": {"endpoints", "selector", "namespaceSelector", "jobLabel", "targetLabels"},
+    "PodMonitor": {"podMetricsEndpoints", "selector", "namespaceSelector", "jobLabel"},
+}
+ENDPOINT_FIELDS = {
+    "port",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "honorLabels",
+    "metricRelabelings",
+    "relabelings",
+}
+RELABEL_ACTIONS = {
+    "replace",
+    "keep",
+    "drop",
+    "hashmod",
+    "labelmap",
+    "labeldrop",
+    "labelkeep",
+    "lowercase",
+    "uppercase",
+    "keepequal",
+    "dropequal",
+}
+
+
+def monitors(docs: Sequence[Doc]) -> Iterator[Doc]:
+    return (d for d in docs if d["apiVersion"] == MONITOR_API)
+
+
+def test_monitor_kinds_match_their_crds(rendered: dict[str, list[Doc]]) -> None:
+    seen = set()
+    for name, docs in rendered.items():
+        for monitor in monitors(docs):
+            kind = monitor["kind"]
+            seen.add(kind)
+            where = f"{name}: {kind}"
+            assert kind in MONITOR_SPEC_FIELDS, where
+            assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}, where
+            assert monitor["metadata"]["name"], where
+            assert monitor["metadata"]["namespace"], where
+            spec = monitor["spec"]
+            assert set(spec) <= MONITOR_SPEC_FIELDS[kind], where
+            # Required by the CRDs: the selector (and, to scrape anything, endpoints).
+            selector = spec["selector"]["matchLabels"]
+            if kind == "ServiceMonitor":
+                labels = one(docs, "Service")["metadata"]["labels"]
+            else:
+                labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+            assert selector.items() <= labels.items(), where
+            assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}, where
+            endpoints = spec["endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"]
+            assert endpoints, where
+            for endpoint in endpoints:
+                assert set(endpoint) <= ENDPOINT_FIELDS, where
+                assert endpoint["port"] == "http", where
+                assert endpoint["path"] == "/metrics", where
+                assert DURATION.match(endpoint["interval"]), where
+                assert DURATION.match(endpoint["scrapeTimeout"]), where
+                relabels = [
+                    *endpoint.get("metricRelabelings", []),
+                    *endpoint.get("relabelings", []),
+                ]
+                for relabel in relabels:
+                    assert relabel.get("action", "replace") in RELABEL_ACTIONS, where
+    assert seen == {"ServiceMonitor", "PodMonitor"}
+
+
+def test_monitors_honour_labels(rendered: dict[str, list[Doc]]) -> None:
+    sm = one(rendered["servicemonitor"], "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert [e["honorLabels"] for e in sm["spec"]["endpoints"]] == [True]
+    pm = one(rendered["podmonitor"], "PodMonitor")
+    assert pm["metadata"]["namespace"] == "monitoring"
+    assert [e["honorLabels"] for e in pm["spec"]["podMetricsEndpoints"]] == [True]
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_monitor_only_where_the_api_is_or_forced(kind: str) -> None:
+    asked = ("--set", "monitor.enabled=true", "--set", f"monitor.kind={kind}")
+    assert not find(template(*asked), kind)
+    assert find(template(*asked, "--api-versions", f"{MONITOR_API}/{kind}"), kind)
+    assert find(template(*asked, "--set", "monitor.force=true"), kind)
+    assert not find(template("--set", "monitor.force=true"), kind)  # not enabled
+
+
+# --- Grafana and NetworkPolicy --------------------------------------------------------
+
+
+def test_grafana_configmaps(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["grafana"]
+    dashboard = one(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    original = (ROOT / "dashboards" / "hami-usage.json").read_text()
+    assert dashboard["data"]["hami-usage.json"] == original
+    datasource = one(docs, "ConfigMap", f"{FULLNAME}-datasource")
+    assert datasource["metadata"]["labels"]["grafana_datasource"] == "1"
+    provisioning = yaml.safe_load(datasource["data"]["hami-usage-datasource.yaml"])
+    (source,) = provisioning["datasources"]
+    assert provisioning["apiVersion"] == 1
+    assert source["type"] == "prometheus"
+    assert source["url"] == f"{URL}/prometheus"
+    assert source["uid"] == "hami-usage-collector"
+    assert source["jsonData"]["timeInterval"] == "15s"
+    assert not find(rendered["default"], "ConfigMap")
+
+
+def test_network_policy(rendered: dict[str, list[Doc]]) -> None:
+    assert not find(rendered["default"], "NetworkPolicy")
+    policy = one(rendered["networkpolicy"], "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "collector"
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    agents, clients = policy["ingress"]
+    assert agents["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "agent"
+    assert agents["ports"] == clients["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert clients["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    monitors_out, api = policy["egress"]
+    assert monitors_out["ports"] == [{"port": 9394, "protocol": "TCP"}]
+    assert monitors_out["to"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "kube-system"
+    ]
+    assert monitors_out["to"][1] == {"ipBlock": {"cidr": "10.0.0.0/16"}}
+    assert {p["port"] for p in api["ports"]} == {443, 6443}
+    assert api["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
+
+
+# --- NOTES and refused values -----------------------------------------------------------
+
+
+def test_notes_print_the_urls() -> None:
+    text = notes()
+    for url in (f"{URL}/metrics", f"{URL}/api/v1/nodes", f"{URL}/prometheus"):
+        assert url in text
+    assert "WARNING" not in text
+    assert "cluster-wide" not in text
+    namespaced = notes(
+        "-f", CHART / "ci" / "namespaced-values.yaml", "--set", "collector.replicas=2"
+    )
+    assert "cluster-wide read access to pods" in namespaced
+    assert "collector.replicas=2 with the agent on" in namespaced
+    assert "does not serve" in notes("--set", "monitor.enabled=true")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "collector.replicas=two"], "/collector/replicas"),
+        (["--set", "collector.replica=2"], "additional properties 'replica' not allowed"),
+        (["--set-json", 'discovery.flavours=["hami","nvidia"]'], "/discovery/flavours/1"),
+        (["--set-json", 'discovery.namespaces=["Kube_System"]'], "/discovery/namespaces/0"),
+        (["--set", "discovery.hami.port=70000"], "/discovery/hami/port"),
+        (["--set", "monitor.kind=Probe"], "/monitor/kind"),
+        (["--set", "monitor.interval=soon"], "/monitor/interval"),
+        (["--set", "agent.hostPath.path=usr/local/vgpu"], "/agent/hostPath/path"),
+        (["--set", "collector.settings.listen=0.0.0.0:1"], "additional properties 'listen'"),
+        (["--set", "collector.settings.interval=-5"], "/collector/settings/interval"),
+        (["--set", "collector.logFormat=xml"], "/collector/logFormat"),
+        (["--set", "service.type=NodePort"], "/service/type"),
+        (["--set", "push.extraServiceAccounts[0]=agent"], "/push/extraServiceAccounts/0"),
+        (["--set", "image.digest=latest"], "/image/digest"),
+        (
+            ["--set-json", "discovery.flavours=[]", "--set", "agent.enabled=false"],
+            "nothing to collect",
+        ),
+        (["--set-json", 'agent.roots=["/var/lib/vgpu"]'], "is not inside agent.hostPath.path"),
+        (
+            ["--set", "collector.replicas=2", "--set", "collector.pdb.minAvailable=2"],
+            "minAvailable",
+        ),
+    ],
+)
+def test_bad_values_are_refused(args: list[str], message: str) -> None:
+    with pytest.raises(HelmError) as refused:
+        template(*args)
+    assert message in str(refused.value)
+
+
+def test_lint_refuses_bad_values_too() -> None:
+    with pytest.raises(HelmError, match="/collector/replicas"):
+        helm("lint", "--strict", CHART, "--set", "collector.replicas=two")
