@@ -1,20 +1,22 @@
 """The agent's loop: sample regions and cards every interval, hand the snapshot to the pusher.
 
 Sampling runs on its own schedule and never waits for the network; the pusher
-owns the backlog. A small HTTP server answers /healthz and the agent's /metrics.
+owns the backlog. The standard library's HTTP server answers /healthz and the
+agent's /metrics from a thread (no async HTTP library: see agent/push.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import aiohttp
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
@@ -23,12 +25,11 @@ from agent.nvml import NvmlSampler
 from agent.payload import Device, Payload, Region
 from agent.push import Backlog, Pusher, token_reader
 from agent.settings import AgentSettings
+from collector.config import parse_listen
 from collector.exposition.render import TEXT_CONTENT_TYPE
 from collector.tasks import owned
 
 log = logging.getLogger(__name__)
-
-SETTINGS = web.AppKey("settings", AgentSettings)
 
 
 def regions(scan: hamicore.Scan) -> list[Region]:
@@ -122,9 +123,6 @@ class Sampler:
         return payload
 
 
-SAMPLER = web.AppKey("sampler", Sampler)
-
-
 def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
     """Start NVML if asked; without a driver the agent still pushes region data."""
     if not enabled:
@@ -135,48 +133,61 @@ def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
     return sampler
 
 
-def build_app(settings: AgentSettings, nvml_module: object = None) -> web.Application:
-    """The agent: sampler and pusher tasks owned by the app, /healthz and /metrics served."""
-    app = web.Application()
-    app[SETTINGS] = settings
-    app.cleanup_ctx.append(_run(nvml_module))
+def serve_health(host: str, port: int, registry: CollectorRegistry) -> ThreadingHTTPServer:
+    """Serve ``/healthz`` and the agent's ``/metrics`` from a thread of their own."""
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                body, kind = b"ok\n", "text/plain"
+            elif self.path == "/metrics":
+                body, kind = generate_latest(registry), TEXT_CONTENT_TYPE
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(app[SAMPLER].registry)
-        return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
+        def log_message(self, format: str, *args: object) -> None:
+            """No access log: probes come every few seconds."""
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
-    return app
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
 
 
-def _run(nvml_module: object) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def run(app: web.Application) -> AsyncIterator[None]:
-        settings = app[SETTINGS]
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-        nvml = start_nvml(settings.nvml, nvml_module)
-        sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
-        app[SAMPLER] = sampler
-        backlog = Backlog(settings.backlog_seconds, settings.backlog_bytes)
-        token = token_reader(str(settings.token_file) if settings.token_file else None)
-        async with aiohttp.ClientSession() as session:
-            pusher = Pusher(session, settings.collector, token, backlog, settings.push_timeout)
-            _push_metrics(sampler.registry, pusher)
-            async with (
-                owned(pusher.run(), "push"),
-                owned(_sample(sampler, pusher, settings.interval), "sample"),
-            ):
-                yield
+async def run(settings: AgentSettings, nvml_module: object = None) -> None:
+    """Sample and push until SIGTERM or SIGINT; ``nvml_module`` replaces pynvml (demo, tests)."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    nvml = start_nvml(settings.nvml, nvml_module)
+    sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
+    token = token_reader(str(settings.token_file) if settings.token_file else None)
+    backlog = Backlog(settings.backlog_seconds, settings.backlog_bytes)
+    pusher = Pusher(settings.collector, token, backlog, settings.push_timeout)
+    _push_metrics(sampler.registry, pusher)
+    server = serve_health(*parse_listen(settings.listen), sampler.registry)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop.set)
+    try:
+        async with (
+            owned(pusher.run(), "push"),
+            owned(sample(sampler, pusher, settings.interval), "sample"),
+        ):
+            await stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
         if nvml is not None:
             nvml.close()
 
-    return run
 
-
-async def _sample(sampler: Sampler, pusher: Pusher, interval: float) -> None:
+async def sample(sampler: Sampler, pusher: Pusher, interval: float) -> None:
+    """Take a snapshot every ``interval`` seconds and queue it; never waits on the network."""
     next_at = time.monotonic()
     while True:
         payload = await asyncio.to_thread(sampler.snapshot)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
 from agent import __version__
-from agent.app import Sampler, build_app, start_nvml
+from agent.app import Sampler, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from collector import logs
-from collector.config import add_model_flags, load_settings, parse_listen
+from collector.config import add_model_flags, load_settings
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +44,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             "invalid setting --node / HAMI_AGENT_NODE: required (or set NODE_NAME)", file=sys.stderr
         )
         return 2
-    host, port = parse_listen(settings.listen)
-    web.run_app(build_app(settings), host=host, port=port, print=None)
+    asyncio.run(run(settings))
     return 0

@@ -4,19 +4,23 @@ The sampler hands each snapshot to :meth:`Pusher.submit`, which only queues it.
 One sender task drains the queue oldest first. While the collector is away the
 queue is the backlog: bounded by age and by bytes (oldest dropped first), and
 replayed in order once the collector answers again, so history has no gap.
+
+Requests go through the standard library's ``http.client`` in a worker thread,
+one at a time: a DaemonSet on every GPU node has a memory goal (< 40 MiB) that
+importing an async HTTP library alone would use a third of.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import http.client
 import logging
 import random
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import aiohttp
 
 from agent.payload import Payload
 
@@ -83,7 +87,6 @@ class Pusher:
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
         url: str,
         token: Callable[[], str | None],
         backlog: Backlog,
@@ -92,10 +95,9 @@ class Pusher:
     ) -> None:
         self.backlog = backlog
         self.stats = PushStats()
-        self._session = session
-        self._url = url.rstrip("/") + "/api/v1/push"
+        self._url = urllib.parse.urlsplit(url.rstrip("/") + "/api/v1/push")
         self._token = token
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self._timeout = request_timeout
         self._backoff = backoff
         self._ready = asyncio.Event()
 
@@ -129,13 +131,8 @@ class Pusher:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            async with self._session.post(
-                self._url, data=item.body, headers=headers, timeout=self._timeout
-            ) as resp:
-                status = resp.status
-                text = "" if status == 204 else (await resp.text())[:300]
-                retry_after = resp.headers.get("Retry-After", "")
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, text, retry_after = await asyncio.to_thread(self._post, item.body, headers)
+        except (OSError, http.client.HTTPException) as exc:
             self._failed(None, f"{type(exc).__name__}: {exc}")
             return 0.0
         self.stats.last_status = status
@@ -153,6 +150,22 @@ class Pusher:
             return None
         self._failed(status, text)
         return float(retry_after) if retry_after.isdigit() else 0.0
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str, str]:
+        """One POST on a fresh connection; return the status, a bit of the text, Retry-After."""
+        kind = (
+            http.client.HTTPSConnection
+            if self._url.scheme == "https"
+            else http.client.HTTPConnection
+        )
+        connection = kind(self._url.netloc, timeout=self._timeout)
+        try:
+            connection.request("POST", self._url.path, body, headers)
+            response = connection.getresponse()
+            text = response.read(300).decode(errors="replace")
+            return response.status, text, response.getheader("Retry-After") or ""
+        finally:
+            connection.close()
 
     def _failed(self, status: int | None, message: str) -> None:
         if self.stats.last_error is None:

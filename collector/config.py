@@ -16,7 +16,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
@@ -60,7 +59,12 @@ class _FileSource(PydanticBaseSettingsSource):
         path = config_file.get()
         if path is None:
             return {}
-        data = yaml.safe_load(path.read_text()) or {}
+        import yaml  # only when a file is named: the agent on every node saves its memory
+
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(str(exc)) from None
         if not isinstance(data, dict):
             raise ValueError(f"settings file {path} must hold a mapping")
         return {k.replace("-", "_"): v for k, v in data.items()}
@@ -136,7 +140,7 @@ def load_settings(model: type[S], flags: dict[str, Any], env_prefix: str) -> S:
         return model(**flags)
     except ValidationError as exc:
         print(describe_error(exc, env_prefix), file=sys.stderr)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"invalid settings file {path}: {exc}", file=sys.stderr)
     finally:
         config_file.reset(token)

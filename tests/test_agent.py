@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 from helpers import eventually, free_port
 
@@ -132,22 +131,20 @@ class FakeCollector:
 
 @asynccontextmanager
 async def pushing(collector: FakeCollector) -> AsyncIterator[Pusher]:
-    async with aiohttp.ClientSession() as session:
-        pusher = Pusher(
-            session,
-            f"http://127.0.0.1:{collector.port}",
-            lambda: "secret",
-            Backlog(600, 1 << 20),
-            2.0,
-            (0.01, 0.05),
-        )
-        task = asyncio.create_task(pusher.run())
-        try:
-            yield pusher
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await collector.down()
+    pusher = Pusher(
+        f"http://127.0.0.1:{collector.port}",
+        lambda: "secret",
+        Backlog(600, 1 << 20),
+        2.0,
+        (0.01, 0.05),
+    )
+    task = asyncio.create_task(pusher.run())
+    try:
+        yield pusher
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await collector.down()
 
 
 def payload(seq: int) -> Payload:
@@ -218,7 +215,7 @@ def test_hami_agent_run_needs_a_node(tmp_path: Path) -> None:
 
 def test_pushed_bodies_are_gzipped_json() -> None:
     backlog = Backlog(600, 1 << 20)
-    pusher = Pusher(None, "http://127.0.0.1:1", lambda: None, backlog)  # type: ignore[arg-type]
+    pusher = Pusher("http://127.0.0.1:1", lambda: None, backlog)
     pusher.submit(payload(7))
     item = backlog.oldest()
     assert item is not None

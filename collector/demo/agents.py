@@ -13,8 +13,6 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-import aiohttp
-
 from agent.app import Sampler
 from agent.fakenvml import FakeCard, FakeNvml
 from agent.nvml import NvmlSampler
@@ -169,12 +167,11 @@ async def run_agent(
     nvml = NvmlSampler(nvml_module)
     nvml.start()
     sampler = Sampler(node.name, [str(root)], None, nvml)
-    async with aiohttp.ClientSession() as session:
-        pusher = Pusher(session, collector, token, Backlog(600, 8 << 20))
-        async with owned(pusher.run(), f"push {node.name}"):
-            while True:
-                node.step(time.time())
-                write_regions(root, node, dra)
-                sync_nvml(nvml_module, node)
-                pusher.submit(await asyncio.to_thread(sampler.snapshot))
-                await asyncio.sleep(interval)
+    pusher = Pusher(collector, token, Backlog(600, 8 << 20))
+    async with owned(pusher.run(), f"push {node.name}"):
+        while True:
+            node.step(time.time())
+            write_regions(root, node, dra)
+            sync_nvml(nvml_module, node)
+            pusher.submit(await asyncio.to_thread(sampler.snapshot))
+            await asyncio.sleep(interval)
