@@ -2,12 +2,18 @@
 
 Each figure is printed with its goal (from the issue) and, where there is one,
 the peer measured in the same run and the ratio to it. Results are written to
-``bench/results/foundation.json`` and ``foundation.md`` (overwritten).
+``bench/results/foundation.json`` and ``foundation.md`` (overwritten); the query
+surfaces get a section of their own.
+
+Options: ``--quick`` (or ``BENCH_QUICK=1``) trims the query bench's repeats
+(:data:`bench.query.QUICK`); every figure is still produced. ``--only
+NAME[,NAME]`` runs some benches only and prints their rows without saving.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import platform
@@ -18,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import ingest, memory, page, serve
+from bench import agent, cluster, ingest, memory, page, push, query, serve
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,7 +50,19 @@ def _rate(value: float) -> str:
 
 
 def rows(r: dict[str, Any]) -> list[Row]:
-    """The summary table of all results."""
+    """The summary table of the results present (the query surfaces apart)."""
+    out: list[Row] = []
+    if {"ingest", "page", "serve", "memory"} <= r.keys():
+        out += foundation_rows(r)
+    if "push" in r:
+        out += push_rows(r["push"])
+    if "agent" in r:
+        out += agent_rows(r["agent"])
+    return out
+
+
+def foundation_rows(r: dict[str, Any]) -> list[Row]:
+    """Ingest, page, serving and memory."""
     out: list[Row] = []
     for name in ("hami", "mixed"):
         i = r["ingest"][name]
@@ -185,6 +203,187 @@ def rows(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def push_rows(p: dict[str, Any]) -> list[Row]:
+    """The push API under 5,000 agents."""
+    pull, paced, seen = p["peer_pull"], p["paced"], p["visible"]
+    goal_core = p["goal_accepted_per_core_s"]
+    return [
+        Row(
+            f"push accepted per collector core-second ({p['nodes']:,} agents, steady)",
+            _rate(p["accepted_per_collector_core_s"]),
+            f">= {_rate(goal_core)} per core",
+            f"pull path {pull['us_median']:,.0f} us/node-snapshot in process",
+            f"push {p['push_http_us_per_snapshot']:,.0f} us = "
+            f"{p['ratio_push_http_vs_pull']:.1f}x pull",
+            _mark(p["accepted_per_collector_core_s"] >= goal_core),
+        ),
+        Row(
+            f"push first round (every node new), in {p['fill']['seconds']:.0f} s",
+            f"{p['nodes_in_store']:,} of {p['nodes']:,} nodes; "
+            f"{p['cold_accepted_per_collector_core_s']:,.0f}/core-s",
+            f"all {p['nodes']:,}",
+            "-",
+            "-",
+            _mark(p["nodes_in_store"] == p["nodes"]),
+        ),
+        Row(
+            f"push accept latency p50 / p99 at {p['offered_per_s']:,.0f}/s offered",
+            f"{paced['latency_p50_ms']:,.1f} / {paced['latency_p99_ms']:,.1f} ms"
+            + (
+                f"; {paced['not_sent']:,} pushes not sent in the window (counts as missed)"
+                if paced["not_sent"]
+                else ""
+            ),
+            f"p99 <= {p['goal_accept_p99_ms']:.0f} ms",
+            f"at {p['offered_per_s'] / 2:,.0f}/s: {p['light']['latency_p99_ms']:,.1f} ms p99",
+            "-",
+            _mark(p["accept_p99_ms"] <= p["goal_accept_p99_ms"]),
+        ),
+        Row(
+            "push-to-visible on /metrics p50 / p99 (plain)",
+            f"{seen['visible_p50_ms']:,.0f} / {p['visible_p99_ms']:,.0f} ms",
+            f"p99 <= {p['goal_visible_p99_ms']:.0f} ms",
+            f"gzip (as Prometheus asks): {seen['visible_gzip_ms']:,.0f} ms",
+            "-",
+            _mark(p["visible_p99_ms"] <= p["goal_visible_p99_ms"]),
+        ),
+    ]
+
+
+def agent_rows(a: dict[str, Any]) -> list[Row]:
+    """The agent's footprint on one node."""
+    process, fake = a["process"], a["snapshot_with_fake_nvml"]
+    return [
+        Row(
+            f"agent CPU, % of one core ({a['cards']} cards, {a['regions']} regions, "
+            f"{a['interval_s']:g} s interval)",
+            f"{a['core_percent']:.3f}%",
+            f"< {a['goal_core_percent']:g}%",
+            f"snapshot+gzip in process, fake NVML: {fake['snapshot_and_gzip_ms']:.1f} ms",
+            "-",
+            _mark(a["core_percent"] < a["goal_core_percent"]),
+        ),
+        Row(
+            "agent RSS (peak)",
+            f"{a['rss_mib']:.1f} MiB ({process['rss_mib_peak']:.1f})",
+            f"< {a['goal_rss_mib']:g} MiB",
+            f"bare python {process['bare_python_rss_mib']:.1f} MiB",
+            f"{a['rss_mib'] / process['bare_python_rss_mib']:.1f}x",
+            _mark(a["rss_mib"] < a["goal_rss_mib"]),
+        ),
+    ]
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _latency(s: dict[str, Any]) -> str:
+    return f"{_ms(s['p50_ms'])} / {_ms(s['p99_ms'])} ms (n={s['repeats']})"
+
+
+def query_rows(q: dict[str, Any]) -> list[Row]:
+    """The query surfaces: history, PromQL in process and over HTTP, REST; Prometheus beside."""
+    f, peer = q["fill"], q["peer_prometheus"]
+    written = peer["remote_write"]
+    walk, traced = q["history_walk"], q["history_tracemalloc"]
+    prometheus_per_point = written["prometheus_rss_mib"] * 2**20 / q["history_points"]
+    out = [
+        Row(
+            f"history fill: {q['nodes']:,} nodes x {q['rounds']} rounds, {q['step_s']:.0f} s apart "
+            f"({q['series']:,} live series, {q['history_points'] / 1e6:.1f}M points)",
+            f"{f['wall_s']:.0f} s wall; collector {f['collector_s']:.0f} s "
+            f"(normalise {f['normalise_s']:.0f}, put {f['put_s']:.0f})",
+            "-",
+            f"Prometheus remote write {written['send_s']:.0f} s",
+            "-",
+            "-",
+        ),
+        Row(
+            f"history bytes per kept point (tracemalloc, {traced['nodes']} nodes)",
+            f"{traced['bytes_per_point']:.1f} B",
+            f"<= {q['goal_bytes_per_point']:.0f} B",
+            "-",
+            "-",
+            _mark(traced["bytes_per_point"] <= q["goal_bytes_per_point"]),
+        ),
+        Row(
+            "history bytes per kept point (walk of all nodes: with / without series keys)",
+            f"{walk['bytes_per_point']:.1f} B / {walk['bytes_per_point_without_keys']:.1f} B",
+            f"<= {q['goal_bytes_per_point']:.0f} B",
+            f"Prometheus whole-process RSS {prometheus_per_point:.0f} B",
+            f"{prometheus_per_point / walk['bytes_per_point']:.1f}x less (with keys)",
+            "-",
+        ),
+    ]
+    surfaces = (
+        ("instant", "in process", q["in_process_instant"], q["goal_instant_p99_ms"]),
+        ("range", "in process", q["in_process_range"], q["goal_range_p99_ms"]),
+        ("instant", "HTTP /prometheus/api/v1/query", q["http_instant"], q["goal_instant_p99_ms"]),
+        ("range", "HTTP /prometheus/api/v1/query_range", q["http_range"], q["goal_range_p99_ms"]),
+    )
+    for kind, where, s, goal in surfaces:
+        theirs = peer[kind]
+        what = "now" if kind == "instant" else f"last hour, step {q['step_s']:.0f} s"
+        out.append(
+            Row(
+                f"`{q['query']}` {what}, {where}: p50 / p99",
+                _latency(s)
+                + (
+                    f"; first after the fill {_ms(q['in_process_cold_instant_ms'])} ms"
+                    if s is q["in_process_instant"]
+                    else ""
+                ),
+                f"p99 <= {_ms(goal)} ms",
+                f"Prometheus 2.42 HTTP {_latency(theirs)}",
+                f"{s['p50_ms'] / theirs['p50_ms']:.1f}x / {s['p99_ms'] / theirs['p99_ms']:.1f}x",
+                _mark(s["p99_ms"] <= goal),
+            )
+        )
+    rest = q["rest_nodes"]
+    if rest is None:
+        out.append(
+            Row(
+                "REST GET /api/v1/nodes: p50 / p99",
+                f"not measured: REST not present ({q['rest_served_by']})",
+                f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
+                "-",
+                "-",
+                "-",
+            )
+        )
+    else:
+        out.append(
+            Row(
+                f"REST GET /api/v1/nodes ({rest['nodes_listed']:,} nodes, "
+                f"{rest['bytes'] / 1e6:.1f} MB): p50 / p99",
+                f"{_latency(rest)}; first {_ms(rest['first_ms'])} ms",
+                f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
+                "-",
+                "-",
+                _mark(rest["p99_ms"] <= q["goal_rest_p99_ms"]),
+            )
+        )
+    checks = q["agreement"]
+    out.append(
+        Row(
+            "answers equal Prometheus' (label sets; values within 1e-9; in process and HTTP)",
+            "yes"
+            if q["answers_agree"]
+            else "NO: "
+            + "; ".join(
+                f"{k}: {v['first_problems'][:1]}" for k, v in checks.items() if not v["agree"]
+            ),
+            "equal",
+            f"instant {checks['instant_http']['series']:,} series, range "
+            f"{checks['range_http']['points']:,} points",
+            "-",
+            _mark(q["answers_agree"]),
+        )
+    )
+    return out
+
+
 def table(rows_: list[Row]) -> str:
     """A markdown table of ``rows_``."""
     head = Row("benchmark", "measured", "goal", "peer (same run)", "ratio", "meets goal")
@@ -192,23 +391,41 @@ def table(rows_: list[Row]) -> str:
     return "\n".join("| " + " | ".join(asdict(row).values()) + " |" for row in lines)
 
 
-def main() -> None:
-    """Run the benchmarks in order (ingest first: it needs cold caches)."""
+def main(argv: list[str]) -> None:
+    """Run the benchmarks in order (ingest first: it needs cold caches; query last: the largest)."""
+    quick = "--quick" in argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    budget = query.QUICK if quick else query.Budget()
+
+    def run_query() -> dict[str, Any]:
+        cluster.cluster.cache_clear()  # the shared clusters: no later bench needs them
+        gc.collect()
+        return query.run(budget)
+
     benches: dict[str, Callable[[], dict[str, Any]]] = {
         "ingest": ingest.run,
         "page": page.run,
         "serve": serve.run,
         "memory": memory.run,
+        "push": push.run,
+        "agent": agent.run,
+        "query": run_query,
     }
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else list(benches)
+    unknown = set(only) - benches.keys()
+    if unknown:
+        raise SystemExit(f"unknown benches {sorted(unknown)}; known: {', '.join(benches)}")
     results: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     began = time.perf_counter()
     for name, run in benches.items():
+        if name not in only:
+            continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         results[name] = run()
         seconds[name] = round(time.perf_counter() - start, 1)
     summary = rows(results)
+    queries = query_rows(results["query"]) if "query" in results else []
     total = round(time.perf_counter() - began, 1)
     load = os.getloadavg()
     meta: dict[str, Any] = {
@@ -216,22 +433,39 @@ def main() -> None:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "quick": quick,
         "load_average_after": load,
         "seconds": {**seconds, "total": total},
     }
-    RESULTS.mkdir(exist_ok=True)
-    document = {"meta": meta, "summary": [asdict(row) for row in summary], "results": results}
-    (RESULTS / "foundation.json").write_text(json.dumps(document, indent=2) + "\n")
     markdown = table(summary)
+    query_markdown = table(queries) if queries else ""
+    print(markdown)
+    if query_markdown:
+        print(f"\nQuery surfaces\n\n{query_markdown}")
+    if set(only) != benches.keys():
+        print(f"\n{meta['seconds']}; --only: nothing saved")
+        return
+    RESULTS.mkdir(exist_ok=True)
+    document = {
+        "meta": meta,
+        "summary": [asdict(row) for row in summary],
+        "query_summary": [asdict(row) for row in queries],
+        "results": results,
+    }
+    (RESULTS / "foundation.json").write_text(json.dumps(document, indent=2) + "\n")
     (RESULTS / "foundation.md").write_text(
         f"# Foundation benchmarks\n\n{meta['date']}, Python {meta['python']}, "
-        f"{meta['cpus']} CPUs, {total} s in all "
+        f"{meta['cpus']} CPUs, {total} s in all{' (--quick)' if quick else ''} "
         f"(load average after: {', '.join(f'{x:.2f}' for x in load)}).\n\n"
-        f"{markdown}\n\nDetails, per-repeat figures and peers' own numbers: `foundation.json`.\n"
+        f"{markdown}\n\n## Query surfaces\n\n{query_markdown}\n\n"
+        f"Query repeats stop after {budget.repeats} runs or once a surface has used "
+        f"{budget.seconds:g} s of timed runs (at least {budget.least}); p99 of fewer than "
+        "100 runs is their maximum. The peer holds the same samples, staleness markers "
+        "included (written by remote write: see `bench/query.py`).\n\n"
+        "Details, per-repeat figures and peers' own numbers: `foundation.json`.\n"
     )
-    print(markdown)
     print(f"\n{meta['seconds']}; written to {RESULTS}/foundation.json and .md")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
