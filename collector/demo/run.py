@@ -115,6 +115,7 @@ def run_demo(listen: str, nodes: int, interval: float) -> int:
                 f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}"
             )
             print(f"Scrape target (whole cluster): {base}/metrics")
+            print(f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)")
             print(f"Grafana datasource (Prometheus type) URL: {base}/prometheus")
             print(f"Health: {base}/healthz  Readiness: {base}/readyz")
             print("Ctrl-C stops the demo.", flush=True)
