@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import time
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector.exposition.parse import parse_series
@@ -129,6 +129,34 @@ class History:
 
     def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
         """Every series matching all ``matchers`` with its points in ``[start, end]``."""
+        for state, line, a, b in self._matching(matchers, start, end):
+            yield SeriesData(
+                line.labels, state.times[a:b], line.values[a - line.start : b - line.start]
+            )
+
+    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
+        """Label names of the matching series with points in the window."""
+        return {
+            name for _, line, _, _ in self._matching(matchers, start, end) for name in line.labels
+        }
+
+    def label_values(
+        self, name: str, matchers: Sequence[Matcher], start: float, end: float
+    ) -> set[str]:
+        """Values of label ``name`` among the matching series with points in the window."""
+        return {
+            line.labels[name]
+            for _, line, _, _ in self._matching(matchers, start, end)
+            if name in line.labels
+        }
+
+    def _matching(
+        self, matchers: Sequence[Matcher], start: float, end: float
+    ) -> Iterator[tuple[_Node, _Line, int, int]]:
+        """Matching lines with the node-time indexes ``[a, b)`` of their points in the window.
+
+        Label lookups (Grafana's variables) need no copy of the points.
+        """
         by_name = next((m for m in matchers if m.name == "__name__" and m.op == "="), None)
         rest = [m for m in matchers if m is not by_name]
         for state in self._nodes.values():
@@ -142,21 +170,8 @@ class History:
                 candidates = state.by_name.get(by_name.value, {}).values()
             for line in candidates:
                 a, b = max(lo, line.start), min(hi, line.end)
-                if a >= b or not all(m.matches(line.labels) for m in rest):
-                    continue
-                yield SeriesData(
-                    line.labels, state.times[a:b], line.values[a - line.start : b - line.start]
-                )
-
-    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
-        """Label names of the matching series with points in the window."""
-        return {name for s in self.select(matchers, start, end) for name in s.labels}
-
-    def label_values(
-        self, name: str, matchers: Sequence[Matcher], start: float, end: float
-    ) -> set[str]:
-        """Values of label ``name`` among the matching series with points in the window."""
-        return {s.labels[name] for s in self.select(matchers, start, end) if name in s.labels}
+                if a < b and all(m.matches(line.labels) for m in rest):
+                    yield state, line, a, b
 
     def _new_line(self, state: _Node, node: str, key: bytes, index: int) -> _Line:
         line = _Line(key, node, index)

@@ -15,7 +15,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from collector import __version__
-from collector.exposition.render import escape_label_value, format_value, render_header
+from collector.exposition.render import format_value, render_header, series_key
 from collector.normalise import Batch
 from collector.sources.targets import FLAVOURS
 from collector.store import Source, Store
@@ -149,22 +149,24 @@ class _SourceTable:
 
     def __init__(self) -> None:
         self._values: dict[Source, dict[str, float]] = {}
+        self._keys: dict[Source, dict[str, bytes]] = {}
         self._lines: dict[Source, dict[str, bytes]] = {}
 
     def set(self, source: Source, **values: float) -> None:
+        keys = self._keys.get(source)
+        if keys is None:
+            labels = (("kind", source.kind), ("node", source.node), ("source", source.name))
+            keys = {name: series_key(_PREFIX + name, labels) for name, _ in _SOURCE_FAMILIES}
+            self._keys[source] = keys
         current = self._values.setdefault(source, {})
         current.update(values)
-        labels = (
-            f'{{kind="{escape_label_value(source.kind)}",node="{escape_label_value(source.node)}",'
-            f'source="{escape_label_value(source.name)}"}} '
-        ).encode()
         self._lines[source] = {
-            name: b"%s%s%s%s\n" % (_PREFIX.encode(), name.encode(), labels, format_value(value))
-            for name, value in current.items()
+            name: b"%s %s\n" % (keys[name], format_value(value)) for name, value in current.items()
         }
 
     def forget(self, source: Source) -> None:
         self._values.pop(source, None)
+        self._keys.pop(source, None)
         self._lines.pop(source, None)
 
     def render(self, openmetrics: bool) -> list[bytes]:
