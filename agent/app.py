@@ -22,12 +22,12 @@ from prometheus_client.exposition import generate_latest
 
 from agent import hamicore
 from agent.nvml import NvmlSampler
-from agent.payload import Device, Payload, Region
 from agent.push import Backlog, Pusher, token_reader
 from agent.settings import AgentSettings
-from collector.config import parse_listen
-from collector.exposition.render import TEXT_CONTENT_TYPE
-from collector.tasks import owned
+from core.content import TEXT_CONTENT_TYPE
+from core.payload import Device, Payload, Region
+from core.settings import parse_listen
+from core.tasks import owned
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from agent import __version__
 from agent.app import Sampler, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
-from collector import logs
-from collector.config import add_model_flags, load_settings
+from core import logs
+from core.settings import add_model_flags, load_settings
 
 
 def parser() -> argparse.ArgumentParser:

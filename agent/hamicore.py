@@ -130,7 +130,7 @@ class RegionError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
-    """One vGPU of a region; fields map 1:1 onto :class:`agent.payload.Device`."""
+    """One vGPU of a region; fields map 1:1 onto :class:`core.payload.Device`."""
 
     index: int
     uuid: str

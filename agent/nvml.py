@@ -1,4 +1,4 @@
-"""NVML sampler: one :class:`~agent.payload.Card` per GPU, read one field at a time.
+"""NVML sampler: one :class:`~core.payload.Card` per GPU, read one field at a time.
 
 Why one field at a time: NVML support varies by board, driver and
 virtualisation. A vGPU guest or a MIG-enabled card may answer
@@ -29,7 +29,7 @@ from typing import Any, Final
 import pynvml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import ValidationError
 
-from agent.payload import Card
+from core.payload import Card
 
 log = logging.getLogger(__name__)
 

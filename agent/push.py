@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.payload import Payload
+from core.payload import Payload
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from collector.config import CommaList, FileSettings, parse_listen
+from core.settings import CommaList, FileSettings, parse_listen
 
 ENV_PREFIX = "HAMI_AGENT_"
 

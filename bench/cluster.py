@@ -14,9 +14,12 @@ import functools
 from collections.abc import Sequence
 from pathlib import Path
 
+from collector.batch import Batch, Source
+from collector.demo.run import collector_flavour
 from collector.demo.simulator import SimulatedNode, build_cluster
-from collector.normalise import Batch, Normaliser
-from collector.store import Source, Store
+from collector.normalise import Normaliser
+from collector.schema import SourceKind
+from collector.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: where ``python -m bench...`` subprocesses run."""
@@ -28,12 +31,12 @@ STEP = 15.0
 """Seconds of simulated time between two passes: the default scrape interval."""
 HAMI: tuple[str, ...] = ("hami",)
 MIXED: tuple[str, ...] = ("hami", "hami-legacy", "volcano", "kai")
-PRIORITY = {"agent": 0, "hami": 1, "kai": 2, "volcano": 3}
+PRIORITY = {SourceKind.AGENT: 0, SourceKind.HAMI: 1, SourceKind.KAI: 2, SourceKind.VOLCANO: 3}
 
 
-def kind_of(flavour: str) -> str:
-    """The collector's flavour (source kind) of a simulator flavour."""
-    return "hami" if flavour.startswith("hami") else flavour
+def kind_of(simulated: str) -> SourceKind:
+    """The source kind of a simulated monitor."""
+    return SourceKind(collector_flavour(simulated))
 
 
 class Cluster:

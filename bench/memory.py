@@ -50,10 +50,10 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from bench.cluster import HAMI, MIXED, ROOT, Cluster
 from collector.exposition.parse import parse_series
-from collector.history import History
 from collector.normalise import Normaliser
 from collector.selfmetrics import SelfMetrics
 from collector.store import Store
+from collector.tsdb.history import History
 from collector.web.metrics import MetricsPage
 
 GOAL_BYTES = 250.0

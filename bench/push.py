@@ -63,13 +63,15 @@ from typing import Any
 
 import aiohttp
 
-from agent.payload import Payload
+from collector.batch import Source
 from collector.demo.simulator import build_cluster
 from collector.normalise import Normaliser
+from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import to_batch
-from collector.store import Source, Store
+from collector.store import Store
+from core.payload import Payload
 
 NODES = 5000
 CARDS = 8
@@ -310,9 +312,9 @@ def serve(port: int, nodes: int) -> None:
     """Run the real collector on 127.0.0.1:``port``, every simulated pod in its directory."""
     from aiohttp import web
 
-    from collector import logs
     from collector.app import build_app
     from collector.settings import CollectorSettings
+    from core import logs
 
     logs.setup("text", "warning")
     settings = CollectorSettings(
@@ -564,7 +566,7 @@ def pull_peer() -> dict[str, Any]:
         texts.append(node.exposition(now))
     normaliser = Normaliser(node.name)
     store = Store(1e9)
-    source = Source("uid-pull", "monitors/pull:9394", node.name, "hami", 1)
+    source = Source("uid-pull", "monitors/pull:9394", node.name, SourceKind.HAMI, 1)
     cold = time.perf_counter()
     store.put(source, normaliser.normalise(texts[0]), 0.0)
     cold = time.perf_counter() - cold
@@ -608,7 +610,7 @@ def push_peer(bodies: Bodies) -> dict[str, Any]:
             t1 = time.perf_counter()
             batch, unowned = to_batch(payload, pods)
             t2 = time.perf_counter()
-            source = Source(f"agent/{payload.node}", "agent x", payload.node, "agent", 0)
+            source = Source(f"agent/{payload.node}", "agent x", payload.node, SourceKind.AGENT, 0)
             store.put(source, batch, t2)
             metrics.pushed(source, batch, unowned, payload.time)
             t3 = time.perf_counter()

@@ -86,12 +86,14 @@ from aiohttp import web
 from bench.cluster import ROOT
 from bench.push import cpu_seconds, free_port, memory_mib, percentile, stop
 from collector.app import SETTINGS, STORE, build_app
+from collector.batch import Source
 from collector.demo.simulator import build_cluster
-from collector.history import History
 from collector.normalise import Normaliser
 from collector.promql.evaluate import RangeSeries, Sample, instant_query, range_query
+from collector.schema import SourceKind
 from collector.settings import CollectorSettings
-from collector.store import Source, Store
+from collector.store import Store
+from collector.tsdb.history import History
 
 NODES = 1000
 SEED = 1
@@ -212,7 +214,7 @@ class Fill:
 def fill(store: Store, nodes: int, start: float) -> Fill:
     """Put :data:`ROUNDS` rounds of every node into ``store``, sampled at ``start + k * STEP``."""
     names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=FLAVOURS, start_time=start)]
-    sources = [Source(f"uid-{n}", f"monitors/{n}:9394", n, "hami", 1) for n in names]
+    sources = [Source(f"uid-{n}", f"monitors/{n}:9394", n, SourceKind.HAMI, 1) for n in names]
     normalisers = [Normaliser(n) for n in names]
     cuts = [nodes * i // RENDERERS for i in range(RENDERERS + 1)]
     renderers = [

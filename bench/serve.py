@@ -39,8 +39,8 @@ from aiohttp import web
 from bench.cluster import HAMI, ROOT, warm
 from bench.timing import median
 from collector.app import STORE, build_app
-from collector.exposition.render import TEXT_CONTENT_TYPE
 from collector.settings import CollectorSettings
+from core.content import TEXT_CONTENT_TYPE
 
 GOAL_REQ_PER_S = 500.0
 CONNECTIONS = 4

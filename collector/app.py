@@ -18,8 +18,8 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client, config
 
-from collector.history import History
 from collector.normalise import PassThrough
+from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
@@ -30,11 +30,12 @@ from collector.sources.push import PushConfig, PushReceiver
 from collector.sources.scrape import ScrapeConfig, ScrapeManager
 from collector.sources.targets import Target
 from collector.store import Store
-from collector.tasks import owned
+from collector.tsdb.history import History
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest import RestApi
+from core.tasks import owned
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +107,8 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
         await manager.close()
 
 
-def _priorities(settings: CollectorSettings) -> dict[str, int]:
-    return {kind: rank for rank, kind in enumerate(settings.priority)}
+def _priorities(settings: CollectorSettings) -> dict[SourceKind, int]:
+    return {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
 
 
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
@@ -125,7 +126,7 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
                 log.warning(
                     "source %s (node %s) is stale: its series are gone", source.name, source.node
                 )
-                if source.kind == "agent":
+                if source.kind is SourceKind.AGENT:
                     metrics.forget(source)
                     push.forget(source.node)
 
@@ -154,13 +155,7 @@ def _sources(
                 timeouts = Timeouts(settings.kube_request_timeout, settings.kube_watch_timeout)
                 kube = KubernetesDiscovery(
                     client.CoreV1Api(api_client),
-                    {
-                        flavour: (
-                            getattr(settings, f"{flavour}_selector"),
-                            getattr(settings, f"{flavour}_port"),
-                        )
-                        for flavour in settings.flavours
-                    },
+                    settings.monitors(),
                     settings.namespaces,
                     _sink(manager, "kubernetes"),
                     timeouts,
@@ -177,7 +172,9 @@ def _sources(
                 synced.append(("the pod directory", lambda: running.synced))
                 await stack.enter_async_context(owned(running.run(), "pod directory"))
             config = PushConfig(
-                settings.push_body_limit, settings.push_max_inflight, _priorities(settings)["agent"]
+                settings.push_body_limit,
+                settings.push_max_inflight,
+                _priorities(settings)[SourceKind.AGENT],
             )
             app[PUSH] = PushReceiver(app[STORE], app[METRICS], auth, pods, config)
             yield

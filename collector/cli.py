@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from collector import __version__, logs
+from collector import __version__
 from collector.app import StartupError, build_app
-from collector.config import add_model_flags, load_settings, parse_listen
 from collector.settings import CollectorSettings
+from core import logs
+from core.settings import add_model_flags, load_settings, parse_listen
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
 

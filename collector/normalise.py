@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from collector import schema
+from collector.batch import Batch
 from collector.exposition.parse import Labels, parse, parse_series, parse_value, split_samples
 from collector.exposition.render import series_key
 
@@ -46,22 +47,6 @@ class PassThrough:
         return any(re.fullmatch(p, name) for p in self.allow) and not any(
             re.fullmatch(p, name) for p in self.deny
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One source's latest reading, normalised; immutable once made.
-
-    ``series`` maps a series key (see :mod:`collector.exposition.render`) to its
-    value; ``families`` holds the type and HELP of the families outside the schema.
-    """
-
-    series: dict[bytes, float]
-    samples: int = 0
-    duplicates: int = 0
-    conflicts: int = 0
-    dropped: int = 0
-    families: Mapping[str, schema.Family] = field(default_factory=dict)
 
 
 class Normaliser:

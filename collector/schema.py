@@ -1,13 +1,31 @@
 """The canonical schema (HAMi v2.10 names and HELP texts) and how older forms map into it.
 
-Facts from shared/reference/monitor-metrics.md. Every output series also
-carries ``node``; that label is added by the store's renderer, not listed here.
+docs/metrics.md lists them for users. Every output series also carries
+``node``; that label is added by the store's renderer, not listed here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Flavour(StrEnum):
+    """A monitor the collector discovers and pulls; each names and labels its series its own way."""
+
+    HAMI = "hami"
+    VOLCANO = "volcano"
+    KAI = "kai"
+
+
+class SourceKind(StrEnum):
+    """What feeds a node: a pulled monitor of one flavour, or a pushing agent."""
+
+    HAMI = "hami"
+    VOLCANO = "volcano"
+    KAI = "kai"
+    AGENT = "agent"
 
 
 @dataclass(frozen=True, slots=True)

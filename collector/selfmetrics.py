@@ -15,10 +15,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from collector import __version__
+from collector.batch import Batch, Source
 from collector.exposition.render import format_value, render_header, series_key
-from collector.normalise import Batch
-from collector.sources.targets import FLAVOURS
-from collector.store import Source, Store
+from collector.schema import Flavour
+from collector.store import Store
 
 _PREFIX = "hami_usage_collector_"
 _SOURCE = ("node", "source", "kind")
@@ -78,7 +78,7 @@ class SelfMetrics:
             registry=r,
         )
         info.labels(__version__, platform.python_version()).set(1)
-        for flavour in FLAVOURS:
+        for flavour in Flavour:
             self.targets.labels(flavour).set(0)
         r.register(_StoreCollector(store))
 

@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from collector.config import CommaList, FileSettings, is_loopback, parse_listen
-from collector.sources.targets import FLAVOURS
+from collector.schema import Flavour, SourceKind
+from core.settings import CommaList, FileSettings, is_loopback, parse_listen
 
 
 class CollectorSettings(FileSettings):
@@ -36,7 +36,8 @@ class CollectorSettings(FileSettings):
         default_factory=list, description="Namespaces to discover pods in; empty means all."
     )
     flavours: CommaList = Field(
-        default_factory=lambda: list(FLAVOURS), description="Monitor flavours to discover."
+        default_factory=lambda: [str(f) for f in Flavour],
+        description="Monitor flavours to discover.",
     )
     hami_selector: str = Field(
         "app.kubernetes.io/component=hami-device-plugin",
@@ -129,18 +130,27 @@ class CollectorSettings(FileSettings):
             raise ValueError(
                 f"timeout ({self.timeout:g}s) must not exceed interval ({self.interval:g}s)"
             )
-        unknown = set(self.flavours) - set(FLAVOURS)
+        unknown = set(self.flavours) - set(Flavour)
         if unknown:
-            raise ValueError(f"unknown flavours {sorted(unknown)}; known: {', '.join(FLAVOURS)}")
+            raise ValueError(f"unknown flavours {sorted(unknown)}; known: {', '.join(Flavour)}")
         if self.push_auth == "none" and not is_loopback(parse_listen(self.listen)[0]):
             raise ValueError("push-auth none is allowed only when listen is a loopback address")
         if self.push_auth == "token" and self.push_token_file is None:
             raise ValueError("push-auth token needs push-token-file")
         if self.push_auth == "tokenreview" and not self.kubernetes:
             raise ValueError("push-auth tokenreview needs kubernetes")
-        if sorted(self.priority) != sorted(("agent", *FLAVOURS)):
-            raise ValueError(f"priority must order exactly agent,{','.join(FLAVOURS)}")
+        if sorted(self.priority) != sorted(SourceKind):
+            raise ValueError(f"priority must order exactly {','.join(SourceKind)}")
         return self
+
+    def monitors(self) -> dict[Flavour, tuple[str, int]]:
+        """The label selector and default port of each flavour to discover."""
+        known = {
+            Flavour.HAMI: (self.hami_selector, self.hami_port),
+            Flavour.VOLCANO: (self.volcano_selector, self.volcano_port),
+            Flavour.KAI: (self.kai_selector, self.kai_port),
+        }
+        return {flavour: known[flavour] for flavour in map(Flavour, self.flavours)}
 
     @property
     def stale_seconds(self) -> float:

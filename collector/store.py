@@ -10,23 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from collector import schema
-from collector.history import History
-from collector.normalise import Batch
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where batches come from; ``id`` is stable for its life (a pod UID, an agent).
-
-    ``name`` is how people know it (``namespace/pod``, ``host:port``). A lower
-    ``priority`` wins when two sources of one node offer the same series.
-    """
-
-    id: str
-    name: str
-    node: str
-    kind: str
-    priority: int
+from collector.batch import Batch, Source
+from collector.tsdb.history import History
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from agent.fakenvml import FakeNvml
 from agent.hamicore import scan
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
-from agent.payload import Payload
 from agent.push import Backlog, Pusher, Queued
+from core.payload import Payload
 
 GIB = 1 << 30
 

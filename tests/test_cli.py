@@ -13,8 +13,8 @@ from helpers import free_port
 
 from agent.settings import AgentSettings
 from collector.cli import ENV_PREFIX, main, parser
-from collector.config import load_settings
 from collector.settings import CollectorSettings
+from core.settings import load_settings
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ import pytest
 from agent import hamicore, packer
 from agent.hamicore import DeviceUsage, RegionError, read_region, scan
 from agent.packer import ProcSlot, RegionSpec, bad_file, open_for_update, pack, write_region
-from agent.payload import Device
+from core.payload import Device
 
 GiB = 1 << 30
 MiB = 1 << 20

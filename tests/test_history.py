@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from collector.history import History
-from collector.promql.storage import Matcher, SeriesData, is_stale
+from collector.tsdb.history import History
+from collector.tsdb.series import Matcher, SeriesData, is_stale
 
 A, B = b'm{pod="a"}', b'm{pod="b"}'
 

@@ -27,6 +27,7 @@ from collector.app import SCRAPER, STORE
 from collector.demo.monitors import MonitorFarm
 from collector.demo.simulator import build_cluster
 from collector.exposition.parse import parse
+from collector.schema import Flavour
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts, pod_target
 from collector.sources.targets import Target
 
@@ -85,8 +86,8 @@ def watches(fake: FakeKube) -> list[tuple[str, dict[str, str]]]:
 def test_a_running_ready_pod_is_a_target() -> None:
     pod = hami_pod("hami-x", "node-a", "10.1.2.3")
     assert pod["status"]["conditions"][1] == {"type": "Ready", "status": "True"}  # Go string
-    assert pod_target(pod, "hami", 9394) == Target(
-        key(pod), "http://10.1.2.3:9394/metrics", "node-a", "hami", "kube-system/hami-x"
+    assert pod_target(pod, Flavour.HAMI, 9394) == Target(
+        key(pod), "http://10.1.2.3:9394/metrics", "node-a", Flavour.HAMI, "kube-system/hami-x"
     )
 
 
@@ -116,14 +117,14 @@ def test_a_port_named_metrics_wins_over_the_default(
     ports: dict[str, int] | None, containers: list[JSON] | None, expected: int
 ) -> None:
     pod = hami_pod("p", "n", "10.0.0.1", container_ports=ports, containers=containers)
-    target = pod_target(pod, "hami", 9394)
+    target = pod_target(pod, Flavour.HAMI, 9394)
     assert target is not None
     assert target.url == f"http://10.0.0.1:{expected}/metrics"
 
 
 def test_an_ipv6_pod_ip_is_bracketed() -> None:
     pod = hami_pod("p", "n", "fd00:10:244::5", container_ports={"metrics": 9394})
-    target = pod_target(pod, "kai", 1)
+    target = pod_target(pod, Flavour.KAI, 1)
     assert target is not None
     assert target.url == "http://[fd00:10:244::5]:9394/metrics"
     assert target.flavour == "kai"
@@ -143,7 +144,7 @@ def test_an_ipv6_pod_ip_is_bracketed() -> None:
     ids=["not-ready", "pending", "succeeded", "failed", "no-ip", "no-node", "unscheduled"],
 )
 def test_pods_that_cannot_be_scraped_are_not_targets(pod: JSON) -> None:
-    assert pod_target(pod, "hami", 9394) is None
+    assert pod_target(pod, Flavour.HAMI, 9394) is None
 
 
 @pytest.mark.parametrize(
@@ -161,9 +162,9 @@ def test_ready_condition_as_go_string_or_bool(status: object, ready: bool) -> No
     pod = hami_pod("p", "n", "10.0.0.1")
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
     pod["status"]["conditions"].append({"type": "Ready", "status": status})
-    assert (pod_target(pod, "hami", 9394) is not None) is ready
+    assert (pod_target(pod, Flavour.HAMI, 9394) is not None) is ready
     pod["status"]["conditions"] = None  # as an older server may send
-    assert pod_target(pod, "hami", 9394) is None
+    assert pod_target(pod, Flavour.HAMI, 9394) is None
 
 
 # -- level 2: KubernetesDiscovery against FakeKube ------------------------------------------
@@ -222,7 +223,7 @@ async def discovering(
     sink: Recorder,
     *,
     namespaces: Sequence[str] = (),
-    selectors: Mapping[str, tuple[str, int]] | None = None,
+    selectors: Mapping[Flavour, tuple[str, int]] | None = None,
     watch_timeout: int = 2,
     stall: float = 15.0,
     backoff: tuple[float, float] = BACKOFF,
@@ -230,7 +231,7 @@ async def discovering(
     """Run a discovery for the block; afterwards it must have kept running and hung up."""
     disc = KubernetesDiscovery(
         v1,
-        selectors or {"hami": (SEL, 9394)},
+        selectors or {Flavour.HAMI: (SEL, 9394)},
         list(namespaces),
         sink,
         Timeouts(request=5, watch=watch_timeout, stall=stall),
@@ -258,7 +259,7 @@ async def test_list_then_watch_events_update_the_targets(fake: FakeKube, v1: Any
         await rec.settles({key(a): "node-a", key(b): "node-b"}, "initial list")
         assert disc.synced
         assert rec.last()[key(b)] == Target(
-            key(b), "http://10.0.0.2:9394/metrics", "node-b", "hami", "gpu/hami-b"
+            key(b), "http://10.0.0.2:9394/metrics", "node-b", Flavour.HAMI, "gpu/hami-b"
         )
         await fake.wait_for_watches(1)
 
@@ -453,7 +454,7 @@ async def test_namespaces_selectors_and_flavours(fake: FakeKube, v1: Any) -> Non
     fake.add_pod(hami_pod("h3", "node-d", "10.0.0.4"))  # kube-system: not watched
     fake.add_pod(make_pod("k2", namespace="misc", node="node-e", ip="10.0.0.5", labels=KAI))
     rec = Recorder()
-    selectors = {"hami": (SEL, 9394), "kai": (KAI_SEL, 9500)}
+    selectors = {Flavour.HAMI: (SEL, 9394), Flavour.KAI: (KAI_SEL, 9500)}
     async with discovering(v1, fake, rec, namespaces=["gpu", "ops"], selectors=selectors) as d:
         await rec.settles({key(h1): "node-a", key(h2): "node-b", key(k1): "node-c"}, "listed")
         await eventually(lambda: _true(d.synced), 5, "every watcher listed")

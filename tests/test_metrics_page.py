@@ -9,10 +9,12 @@ import aiohttp
 from helpers import running_collector
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.batch import Source
 from collector.exposition.parse import parse
 from collector.normalise import Normaliser
+from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
-from collector.store import Source, Store
+from collector.store import Store
 from collector.web.metrics import MetricsPage
 
 WEIRD = 'q"uote \\ back\nnew {br,ace}=ü中'
@@ -28,7 +30,9 @@ def filled_store() -> Store:
         + b'"} NaN\n',
     }
     for node, body in bodies.items():
-        store.put(Source(node, node, node, "hami", 1), Normaliser(node).normalise(body), at=0)
+        store.put(
+            Source(node, node, node, SourceKind.HAMI, 1), Normaliser(node).normalise(body), at=0
+        )
     return store
 
 
@@ -98,7 +102,9 @@ def test_builds_are_shared_until_something_changes() -> None:
         first, second = await asyncio.gather(page.body(False, True), page.body(False, True))
         assert first is second, "concurrent scrapes share one compressed body"
         assert await page.body(False, True) is first
-        store.put(Source("n1", "n1", "n1", "hami", 1), Normaliser("n1").normalise(b"m 1\n"), at=1)
+        store.put(
+            Source("n1", "n1", "n1", SourceKind.HAMI, 1), Normaliser("n1").normalise(b"m 1\n"), at=1
+        )
         changed = await page.body(False, True)
         assert changed is not first
         assert b'm{node="n1"} 1.0' in gzip.decompress(b"".join(changed))

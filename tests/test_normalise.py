@@ -7,9 +7,10 @@ import time
 import pytest
 
 from collector import schema
+from collector.batch import Batch
 from collector.demo.simulator import FLAVOURS, build_cluster
 from collector.exposition.parse import ParseError, parse_series
-from collector.normalise import Batch, Normaliser, PassThrough
+from collector.normalise import Normaliser, PassThrough
 
 
 def canonical(batch: Batch, node: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

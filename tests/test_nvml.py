@@ -19,7 +19,7 @@ import pytest
 from agent import gpucheck
 from agent.fakenvml import FIELDS, H200_MEMORY, FakeCard, FakeNvml, make_cards
 from agent.nvml import NvmlSampler
-from agent.payload import Card, Payload
+from core.payload import Card, Payload
 
 GIB = 1024**3
 

@@ -17,11 +17,11 @@ from collector.promql.evaluate import (
     instant_query,
     range_query,
 )
-from collector.promql.storage import STALE, Matcher, SeriesData
+from collector.tsdb.series import STALE, Matcher, SeriesData
 
 
 class MemoryStorage:
-    """A :class:`~collector.promql.storage.Queryable` over series given as point lists."""
+    """A :class:`~collector.tsdb.series.Queryable` over series given as point lists."""
 
     def __init__(self) -> None:
         self.series: list[tuple[dict[str, str], list[float], list[float]]] = []

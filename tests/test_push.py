@@ -15,7 +15,6 @@ from helpers import eventually, running_collector
 
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
-from agent.payload import Payload
 from collector.demo.agents import SimulatedDirectory, fake_nvml, write_regions
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
@@ -23,6 +22,7 @@ from collector.demo.simulator import SeriesKey, SimulatedNode, build_cluster
 from collector.exposition.parse import parse, parse_series
 from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
+from core.payload import Payload
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
 AGENT_EXTRAS = {

@@ -19,9 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import eventually, free_port
 
-from agent.payload import Card as AgentCard
-from agent.payload import Payload
 from collector.app import SETTINGS, STORE, build_app
+from collector.batch import Source
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import collector_flavour, write_targets
 from collector.demo.simulator import (
@@ -32,10 +31,11 @@ from collector.demo.simulator import (
     build_cluster,
 )
 from collector.normalise import Normaliser
+from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
-from collector.store import Source, Store
+from collector.store import Store
 from collector.web.rest import (
     CONTAINER_SORT_FIELDS,
     NODE_SORT_FIELDS,
@@ -45,6 +45,8 @@ from collector.web.rest import (
     PodDetail,
     RestApi,
 )
+from core.payload import Card as AgentCard
+from core.payload import Payload
 
 NOW = float(math.floor(time.time()))
 Client = TestClient[web.Request, web.Application]
@@ -63,7 +65,9 @@ def source(node: SimulatedNode | str, kind: str | None = None, priority: int = 1
     if kind is None:
         assert not isinstance(node, str)
         kind = collector_flavour(node.flavour)
-    return Source(f"uid-{name}-{kind}", f"kube-system/{kind}-monitor-{name}", name, kind, priority)
+    return Source(
+        f"uid-{name}-{kind}", f"kube-system/{kind}-monitor-{name}", name, SourceKind(kind), priority
+    )
 
 
 def fill(store: Store, nodes: list[SimulatedNode], at: float | None = None) -> None:

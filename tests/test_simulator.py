@@ -27,7 +27,6 @@ from collector.demo.monitors import (
 )
 from collector.demo.simulator import (
     BUILD_INFO,
-    CONTENT_TYPE,
     FLAVOURS,
     MONITOR_METRICS,
     WEIRD_SUFFIX,
@@ -39,6 +38,7 @@ from collector.demo.simulator import (
     build_cluster,
     go_float,
 )
+from core.content import TEXT_CONTENT_TYPE
 
 NOW = 1_800_000_000.0
 MIB = 1 << 20
@@ -716,7 +716,7 @@ async def test_farm_serves_each_node_plain_and_gzip(farm: MonitorFarm) -> None:
             assert farm.url(name) == url
             async with session.get(url, headers={"Accept-Encoding": "identity"}) as response:
                 assert response.status == 200
-                assert response.headers["Content-Type"] == CONTENT_TYPE
+                assert response.headers["Content-Type"] == TEXT_CONTENT_TYPE
                 assert "Content-Encoding" not in response.headers
                 plain = await response.read()
             assert plain == farm.node(name).exposition(NOW)
@@ -724,7 +724,7 @@ async def test_farm_serves_each_node_plain_and_gzip(farm: MonitorFarm) -> None:
             async with session.get(url, headers={"Accept-Encoding": "gzip"}) as response:
                 assert response.status == 200
                 assert response.headers["Content-Encoding"] == "gzip"
-                assert response.headers["Content-Type"] == CONTENT_TYPE
+                assert response.headers["Content-Type"] == TEXT_CONTENT_TYPE
                 assert gzip.decompress(await response.read()) == plain
             assert farm.request_count(name) == 2
         async with session.get(f"http://{targets[0][2]}/other") as response:

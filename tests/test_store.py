@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collector.normalise import Batch
-from collector.store import Source, Store
+from collector.batch import Batch, Source
+from collector.schema import SourceKind
+from collector.store import Store
 
-HAMI = Source("pod/a", "kube-system/hami-a", "n1", "hami", 1)
-HAMI_NEW = Source("pod/b", "kube-system/hami-b", "n1", "hami", 1)
-AGENT = Source("agent/n1", "agent n1", "n1", "agent", 0)
-OTHER = Source("pod/c", "kube-system/hami-c", "n2", "hami", 1)
+HAMI = Source("pod/a", "kube-system/hami-a", "n1", SourceKind.HAMI, 1)
+HAMI_NEW = Source("pod/b", "kube-system/hami-b", "n1", SourceKind.HAMI, 1)
+AGENT = Source("agent/n1", "agent n1", "n1", SourceKind.AGENT, 0)
+OTHER = Source("pod/c", "kube-system/hami-c", "n2", SourceKind.HAMI, 1)
 
 
 def batch(**series: float) -> Batch:
@@ -70,7 +71,7 @@ def test_stale_sources_expire_and_fresh_ones_stay() -> None:
 def test_a_source_that_moves_node_leaves_the_old_one() -> None:
     store = Store(stale_after=45)
     store.put(HAMI, batch(a=1), at=0)
-    moved = Source(HAMI.id, HAMI.name, "n9", "hami", 1)
+    moved = Source(HAMI.id, HAMI.name, "n9", SourceKind.HAMI, 1)
     store.put(moved, batch(a=1), at=1)
     assert store.nodes() == ["n9"]
 

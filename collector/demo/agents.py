@@ -6,21 +6,15 @@ these, so the agent path is exercised end to end without a GPU.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from agent.app import Sampler
-from agent.fakenvml import FakeCard, FakeNvml
-from agent.nvml import NvmlSampler
-from agent.packer import ProcSlot, RegionSpec, write_region
-from agent.push import Backlog, Pusher
+from agent.simulated import FakeCard, FakeNvml, ProcSlot, RegionSpec, run_simulated, write_region
 from collector.demo.simulator import Allocation, SimulatedNode
 from collector.sources.pods import Claim, PodRef, StaticDirectory
-from collector.tasks import owned
 
 REGION_FILE = "region.cache"
 
@@ -163,15 +157,11 @@ async def run_agent(
     interval: float,
 ) -> None:
     """The real agent's sampler and pusher on a simulated node, until cancelled."""
-    nvml_module = fake_nvml(node)
-    nvml = NvmlSampler(nvml_module)
-    nvml.start()
-    sampler = Sampler(node.name, [str(root)], None, nvml)
-    pusher = Pusher(collector, token, Backlog(600, 8 << 20))
-    async with owned(pusher.run(), f"push {node.name}"):
-        while True:
-            node.step(time.time())
-            write_regions(root, node, dra)
-            sync_nvml(nvml_module, node)
-            pusher.submit(await asyncio.to_thread(sampler.snapshot))
-            await asyncio.sleep(interval)
+    nvml = fake_nvml(node)
+
+    def step() -> None:
+        node.step(time.time())
+        write_regions(root, node, dra)
+        sync_nvml(nvml, node)
+
+    await run_simulated(node.name, root, nvml, collector, token, interval, step)

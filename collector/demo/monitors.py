@@ -24,7 +24,8 @@ from types import TracebackType
 
 from aiohttp import web
 
-from collector.demo.simulator import CONTENT_TYPE, SimulatedNode
+from collector.demo.simulator import SimulatedNode
+from core.content import TEXT_CONTENT_TYPE
 
 __all__ = [
     "FAULTS",
@@ -461,7 +462,7 @@ class MonitorFarm:
         if fault == "gzip_bomb":
             if self._bomb is None:
                 self._bomb = build_gzip_bomb(self._bomb_bytes)
-            headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
+            headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
             return web.Response(body=self._bomb.body, headers=headers)
         if fault == "oversized":
             return await self._stream_oversized(request)
@@ -476,12 +477,12 @@ class MonitorFarm:
 
     def _respond(self, request: web.Request, rendered: _Rendered) -> web.Response:
         if _accepts_gzip(request):
-            headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"}
+            headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
             return web.Response(body=rendered.gzipped(), headers=headers)
-        return web.Response(body=rendered.plain, headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=rendered.plain, headers={"Content-Type": TEXT_CONTENT_TYPE})
 
     async def _drip(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+        response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
         await response.prepare(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._drip_max_s
@@ -502,7 +503,7 @@ class MonitorFarm:
         if self._filler is None:
             self._filler = b"".join(_filler_line(f"filler-{i:06d}") for i in range(400))
         filler = self._filler
-        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+        response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
         await response.prepare(request)
         try:
             async with asyncio.timeout(self._send_limit_s):

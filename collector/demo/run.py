@@ -18,22 +18,23 @@ from pathlib import Path
 
 from aiohttp import web
 
-from collector import logs
 from collector.app import build_app
-from collector.config import parse_listen
 from collector.demo.agents import SimulatedDirectory, run_agent
 from collector.demo.monitors import MonitorFarm
 from collector.demo.simulator import SimulatedNode, build_cluster
+from collector.schema import Flavour
 from collector.settings import CollectorSettings
-from collector.tasks import owned
+from core import logs
+from core.settings import parse_listen
+from core.tasks import owned
 
 DEMO_FLAVOURS = ("hami", "hami-legacy", "volcano", "kai")
 DRA_NODES = 2
 
 
-def collector_flavour(simulated: str) -> str:
+def collector_flavour(simulated: str) -> Flavour:
     """The discovery flavour of a simulated monitor (legacy HAMi is still HAMi)."""
-    return "hami" if simulated.startswith("hami") else simulated
+    return Flavour.HAMI if simulated.startswith("hami") else Flavour(simulated)
 
 
 def write_targets(path: Path, farm: MonitorFarm) -> None:

@@ -42,7 +42,6 @@ from typing import NamedTuple
 
 __all__ = [
     "BUILD_INFO",
-    "CONTENT_TYPE",
     "FLAVOURS",
     "KAI_SHARING_ANNOTATIONS",
     "MONITOR_METRICS",
@@ -68,9 +67,6 @@ FLAVOURS: tuple[str, ...] = ("hami", "hami-legacy", "volcano", "kai")
 
 ZONE = "vGPU"
 """Constant label every monitor adds to its collector's series (not to hami_build_info)."""
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""Content-Type of the Prometheus text format, as promhttp sends it."""
 
 SeriesKey = tuple[str, frozenset[tuple[str, str]]]
 """A series identity: metric name plus its full label set."""

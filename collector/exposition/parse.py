@@ -22,8 +22,6 @@ import re
 from dataclasses import dataclass, field
 from itertools import repeat
 
-OPENMETRICS_TYPE = "application/openmetrics-text"
-
 _NAME = re.compile(rb"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(rb'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*')
 _LABEL_ESCAPES = {b"\\\\": "\\", b'\\"': '"', b"\\n": "\n"}

@@ -11,9 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-
 
 def escape_label_value(value: str) -> str:
     """Escape a label value as both formats require: backslash, quote, newline."""

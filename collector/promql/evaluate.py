@@ -1,4 +1,4 @@
-"""Evaluate PromQL (the supported subset) over a :class:`~collector.promql.storage.Queryable`.
+"""Evaluate PromQL (the supported subset) over a :class:`~collector.tsdb.series.Queryable`.
 
 Semantics follow Prometheus 2.x (checked against 2.42 by
 tests/test_promql_vs_prometheus.py): an instant selector at ``t`` takes each
@@ -34,6 +34,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from collector.tsdb.series import Matcher, Queryable, is_stale
+
 from . import aggregate as agg
 from . import binary
 from .functions import LABEL_NAME, RANGE_FUNCTIONS, Window, expand_template, round_to
@@ -51,7 +53,6 @@ from .plan import (
     compile_query,
     selectors,
 )
-from .storage import Matcher, Queryable, is_stale
 from .values import (
     METRIC_NAME,
     Labels,

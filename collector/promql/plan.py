@@ -14,7 +14,8 @@ from typing import Literal
 
 import promql_parser as pp
 
-from .storage import Matcher, Op
+from collector.tsdb.series import Matcher, Op
+
 from .values import QueryError, unsupported
 
 Kind = Literal["scalar", "vector", "matrix", "string"]
@@ -253,6 +254,11 @@ def _selector(vs: pp.VectorSelector) -> SelectorNode:
     if vs.matchers.or_matchers:
         raise unsupported("'or' in label matchers")
     offset_ms = _ms(vs.offset.total_seconds()) if vs.offset is not None else 0
+    return SelectorNode(selector_matchers(vs), offset_ms)
+
+
+def selector_matchers(vs: pp.VectorSelector) -> tuple[Matcher, ...]:
+    """The matchers of a selector, its metric name included; raise :class:`QueryError` if bad."""
     matchers: list[Matcher] = []
     if vs.name is not None:
         matchers.append(Matcher.of("__name__", "=", vs.name))
@@ -262,7 +268,7 @@ def _selector(vs: pp.VectorSelector) -> SelectorNode:
             matchers.append(Matcher.of(m.name, op, m.value))
         except re.error as exc:
             raise QueryError("bad_data", f"invalid regular expression {m.value!r}: {exc}") from None
-    return SelectorNode(tuple(matchers), offset_ms)
+    return tuple(matchers)
 
 
 def _binary(expr: pp.BinaryExpr) -> BinaryNode:

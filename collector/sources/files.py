@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from collector.sources.targets import FLAVOURS, Target
+from collector.schema import Flavour
+from collector.sources.targets import Target
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,16 @@ def load_targets(path: Path) -> list[Target]:
     targets = []
     for group in groups:
         labels = group.labels
-        if labels.flavour not in FLAVOURS:
+        if labels.flavour not in set(Flavour):
             raise ValueError(
-                f"{path}: flavour {labels.flavour!r} is not one of {', '.join(FLAVOURS)}"
+                f"{path}: flavour {labels.flavour!r} is not one of {', '.join(Flavour)}"
             )
         for address in group.targets:
             url = f"{labels.scheme}://{address}{labels.metrics_path}"
             targets.append(
-                Target(f"file/{labels.node}/{url}", url, labels.node, labels.flavour, address)
+                Target(
+                    f"file/{labels.node}/{url}", url, labels.node, Flavour(labels.flavour), address
+                )
             )
     return targets
 

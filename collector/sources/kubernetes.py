@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from collector.schema import Flavour
 from collector.sources.targets import Target
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ ListCall = Callable[..., Awaitable[Any]]
 T = TypeVar("T")
 
 
-def pod_target(pod: Object, flavour: str, default_port: int) -> Target | None:
+def pod_target(pod: Object, flavour: Flavour, default_port: int) -> Target | None:
     """Return the scrape target of a Running and Ready pod with an IP and a node."""
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
     ip, node = status.get("podIP"), spec.get("nodeName")
@@ -211,7 +212,7 @@ class KubernetesDiscovery:
     def __init__(
         self,
         api: client.CoreV1Api,
-        selectors: Mapping[str, tuple[str, int]],
+        selectors: Mapping[Flavour, tuple[str, int]],
         namespaces: list[str],
         sink: Callable[[list[Target]], Awaitable[None]],
         timeouts: Timeouts,

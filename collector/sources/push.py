@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.payload import Payload
 from collector import schema
+from collector.batch import Batch, Source
 from collector.exposition.render import series_key
-from collector.normalise import Batch
+from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
 from collector.sources.pods import PodDirectory
-from collector.store import Source, Store
+from collector.store import Store
+from core.payload import Payload
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ class PushReceiver:
             f"agent/{payload.node}",
             f"agent {payload.agent}",
             payload.node,
-            "agent",
+            SourceKind.AGENT,
             self._config.priority,
         )
         self._store.put(source, batch, time.monotonic(), sampled=payload.time)

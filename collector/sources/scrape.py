@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from collector.exposition.parse import OPENMETRICS_TYPE
+from collector.batch import Source
 from collector.normalise import Normaliser, PassThrough
+from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.targets import Target
-from collector.store import Source, Store
+from collector.store import Store
+from core.content import OPENMETRICS_CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class ScrapeConfig:
     interval: float
     timeout: float
     body_limit: int
-    priorities: Mapping[str, int]
+    priorities: Mapping[SourceKind, int]
     passthrough: PassThrough
 
 
@@ -66,7 +68,7 @@ async def fetch(
                 body += chunk
                 if len(body) > limit:
                     raise ScrapeError("too_large", f"body larger than {limit} bytes")
-            return bytes(body), resp.content_type == OPENMETRICS_TYPE
+            return bytes(body), OPENMETRICS_CONTENT_TYPE.startswith(resp.content_type + ";")
     except TimeoutError:
         raise ScrapeError("timeout", f"no complete answer within {time_limit:g}s") from None
     except aiohttp.ClientError as exc:
@@ -91,7 +93,11 @@ class ScrapeLoop:
         self._metrics = metrics
         self._config = config
         self.source = Source(
-            target.key, target.name, target.node, target.flavour, config.priorities[target.flavour]
+            target.key,
+            target.name,
+            target.node,
+            SourceKind(target.flavour),
+            config.priorities[SourceKind(target.flavour)],
         )
         self._normaliser = Normaliser(target.node, config.passthrough)
         self._failing = False
@@ -208,9 +214,8 @@ class ScrapeManager:
             self._metrics.forget(loop.source)
 
     def _count(self) -> None:
-        counts = dict.fromkeys(self._config.priorities, 0)
+        counts = dict.fromkeys(Flavour, 0)
         for target in self._loops:
-            counts[target.flavour] = counts.get(target.flavour, 0) + 1
+            counts[target.flavour] += 1
         for flavour, count in counts.items():
-            if flavour != "agent":
-                self._metrics.targets.labels(flavour).set(count)
+            self._metrics.targets.labels(flavour).set(count)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FLAVOURS = ("hami", "volcano", "kai")
+from collector.schema import Flavour
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,5 +18,5 @@ class Target:
     key: str
     url: str
     node: str
-    flavour: str
+    flavour: Flavour
     name: str

@@ -19,14 +19,10 @@ from collections.abc import Iterator, Mapping
 from aiohttp import web
 
 from collector import schema
-from collector.exposition.render import (
-    OPENMETRICS_CONTENT_TYPE,
-    TEXT_CONTENT_TYPE,
-    render_header,
-    render_lines,
-)
+from collector.exposition.render import render_header, render_lines
 from collector.selfmetrics import SelfMetrics
 from collector.store import NodeView, Store
+from core.content import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 _Chunks = Mapping[str, bytes]
 

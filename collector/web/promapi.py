@@ -21,7 +21,6 @@ from aiohttp import web
 from multidict import MultiDict
 
 from collector import __version__, schema
-from collector.history import History
 from collector.promql.evaluate import (
     Matrix,
     QueryError,
@@ -31,9 +30,11 @@ from collector.promql.evaluate import (
     instant_query,
     range_query,
 )
-from collector.promql.storage import Matcher, selector_matchers
+from collector.promql.plan import selector_matchers
 from collector.promql.values import RangeSeries, format_float
 from collector.store import Store
+from collector.tsdb.history import History
+from collector.tsdb.series import Matcher
 
 PREFIX = "/prometheus/api/v1"
 _STATUS = {"bad_data": 400, "execution": 422, "timeout": 503, "not_found": 404, "internal": 500}
@@ -140,7 +141,7 @@ class PrometheusAPI:
         """Label names of the matching series (all of them without ``match[]``)."""
         start, end = self._window(params)
         names: set[str] = set()
-        for matchers in _selectors(params.all("match[]")) or [[]]:
+        for matchers in _selectors(params.all("match[]")) or [()]:
             names |= self._history.label_names(matchers, start, end)
         return _limited(sorted(names), params)
 
@@ -149,7 +150,7 @@ class PrometheusAPI:
         name = params.request.match_info["name"]
         start, end = self._window(params)
         values: set[str] = set()
-        for matchers in _selectors(params.all("match[]")) or [[]]:
+        for matchers in _selectors(params.all("match[]")) or [()]:
             values |= self._history.label_values(name, matchers, start, end)
         return _limited(sorted(values), params)
 
@@ -239,7 +240,7 @@ def _error(error_type: str, message: str) -> web.Response:
     return web.json_response(body, status=_STATUS.get(error_type, 500))
 
 
-def _selectors(texts: Sequence[str]) -> list[list[Matcher]]:
+def _selectors(texts: Sequence[str]) -> list[tuple[Matcher, ...]]:
     out = []
     for text in texts:
         try:

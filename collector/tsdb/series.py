@@ -1,7 +1,7 @@
-"""What the evaluator reads: series with their points, selected by label matchers.
+"""What the history offers its readers: series with their points, selected by label matchers.
 
-The history (collector/history.py) implements :class:`Queryable`; tests use
-small in-memory ones. Times are Unix seconds (floats).
+:class:`~collector.tsdb.history.History` implements :class:`Queryable`; tests
+use small in-memory ones. Times are Unix seconds (floats).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 """Prometheus' staleness marker: a NaN with its own bit pattern, meaning "the series ended here"."""
@@ -80,17 +80,3 @@ class Queryable(Protocol):
         self, name: str, matchers: Sequence[Matcher], start: float, end: float
     ) -> set[str]:
         """Values of label ``name`` among the matching series with points in the window."""
-
-
-_OPS: dict[str, Op] = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
-
-
-def selector_matchers(selector: Any) -> list[Matcher]:
-    """The matchers of a promql_parser ``VectorSelector``, its metric name included."""
-    found = [
-        Matcher.of(m.name, _OPS[str(m.op).removeprefix("MatchOp.")], m.value)
-        for m in selector.matchers.matchers
-    ]
-    if selector.name:
-        found.insert(0, Matcher.of("__name__", "=", selector.name))
-    return found

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from collector.exposition.parse import parse_series
 from collector.exposition.render import key_name
-from collector.promql.storage import STALE, Matcher, SeriesData, is_stale
+from collector.tsdb.series import STALE, Matcher, SeriesData, is_stale
 
 
 @dataclass(slots=True)
