@@ -1,8 +1,11 @@
-"""Turn one source's exposition bodies into canonical series.
+"""Turn what one source offers, exposition bodies or pushed readings, into canonical series.
 
-A :class:`Normaliser` belongs to one scrape target and so to one node. It maps
-each *series text* it has seen to what that series becomes in the canonical
-schema, so that in steady state a body costs one cache lookup per line.
+This is the one stage between every source and the store. A
+:class:`Normaliser` belongs to one source and so to one node. For bodies it
+maps each *series text* it has seen to what that series becomes in the
+canonical schema, so that in steady state a body costs one cache lookup per
+line; for readings it keeps the keys of each card and vGPU from one push to
+the next, so a push costs a lookup per card and per vGPU.
 """
 
 from __future__ import annotations
@@ -35,6 +38,25 @@ DROP = Derived((), False)
 Entry = bytes | Derived
 
 
+class Group(NamedTuple):
+    """Readings of one card or one container vGPU: ``values[i]`` goes to ``families[i]``.
+
+    ``labels`` identify the card or vGPU (``zone`` is added here); a value
+    that could not be read is None and makes no series.
+    """
+
+    families: tuple[str, ...]
+    labels: Labels
+    values: tuple[float | None, ...]
+
+
+class Readings(NamedTuple):
+    """One decoded push: its groups, and how many readings were dropped before (no owner)."""
+
+    groups: tuple[Group, ...]
+    dropped: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class PassThrough:
     """Which families outside the schema are passed through (full-match regexes)."""
@@ -58,6 +80,8 @@ class Normaliser:
         self._cache: dict[bytes, Entry] = {}
         self._derived: set[Derived] = set()
         self._families: Mapping[str, schema.Family] = {}
+        self._group_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
+        self._previous_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
 
     def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
         """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
@@ -73,6 +97,37 @@ class Normaliser:
         except ValueError:
             keys, floats = self._parse(body, openmetrics)
         return self._assemble(keys, floats)
+
+    def readings(self, readings: Readings) -> Batch:
+        """Turn decoded readings into canonical series, named and labelled as a HAMi v2.10 monitor does.
+
+        ``samples`` counts every reading offered, those dropped before included.
+        """
+        series: dict[bytes, float] = {}
+        offered = duplicates = 0
+        for group in readings.groups:
+            for key, value in zip(self._keys(group), group.values, strict=True):
+                if value is not None:
+                    offered += 1
+                    duplicates += key in series
+                    series[key] = float(value)
+        self._previous_keys, self._group_keys = self._group_keys, {}
+        return Batch(
+            series,
+            samples=offered + readings.dropped,
+            duplicates=duplicates,
+            dropped=readings.dropped,
+        )
+
+    def _keys(self, group: Group) -> tuple[bytes, ...]:
+        """The keys of a group; a card's or vGPU's label set rarely changes between two pushes."""
+        ident = (group.families, group.labels)
+        keys = self._group_keys.get(ident) or self._previous_keys.get(ident)
+        if keys is None:
+            labels = (*group.labels, schema.ZONE)
+            keys = tuple(series_key(name, labels) for name in group.families)
+        self._group_keys[ident] = keys
+        return keys
 
     def _learn(self, series: tuple[bytes, ...], found: list[Entry | None]) -> None:
         """Parse only the series texts the cache lacks (new pods, sizes in labels).

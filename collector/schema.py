@@ -68,6 +68,42 @@ FAMILIES: Mapping[str, Family] = {
     )
 }
 
+ZONE = ("zone", "vGPU")
+"""The constant label HAMi's monitors put on every series of their collector."""
+
+CARD_READINGS: tuple[tuple[str, str], ...] = (
+    ("memory_used", "hami_host_gpu_memory_used_bytes"),
+    ("memory_total", "hami_host_gpu_memory_total_bytes"),
+    ("utilization", "hami_host_gpu_utilization_ratio"),
+    ("memory_controller_utilization", "hami_host_gpu_memory_controller_utilization_ratio"),
+    ("temperature", "hami_host_gpu_temperature_celsius"),
+    ("power", "hami_host_gpu_power_usage_watts"),
+)
+"""Each reading of a physical card and the family that carries it.
+
+Pushed readings become these series, and the REST read model reads them back
+by the same names: the table is the one place that pairs them.
+"""
+
+VGPU_READINGS: tuple[tuple[str, str], ...] = (
+    ("memory_used", VGPU_MEMORY_USED),
+    ("device_memory", CONTAINER_MEMORY),
+    ("memory_limit", "hami_vgpu_memory_limit_bytes"),
+    ("sm_utilization", "hami_container_device_utilization_ratio"),
+    ("last_kernel_seconds", "hami_container_last_kernel_elapsed_seconds"),
+    ("memory_context", "hami_vgpu_memory_context_bytes"),
+    ("memory_module", "hami_vgpu_memory_module_bytes"),
+    ("memory_buffer", "hami_vgpu_memory_buffer_bytes"),
+)
+"""Each reading of one container's vGPU and the family that carries it (as :data:`CARD_READINGS`).
+
+A HAMi v2.10 monitor exports the vGPU's memory in use twice, as
+``memory_used`` and as the container's ``device_memory``.
+"""
+
+CARD_FAMILIES = tuple(family for _, family in CARD_READINGS)
+VGPU_FAMILIES = tuple(family for _, family in VGPU_READINGS)
+
 _HOST = {
     "nodeid": "node",
     "deviceidx": "device_index",

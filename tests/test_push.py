@@ -20,9 +20,10 @@ from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
 from collector.demo.simulator import SeriesKey, SimulatedNode, build_cluster
 from collector.exposition.parse import parse, parse_series
-from collector.sources.pods import StaticDirectory
+from collector.schema import VGPU_FAMILIES
+from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import to_batch
-from core.payload import Payload
+from core.payload import Card, Device, Payload, Region
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
 AGENT_EXTRAS = {
@@ -89,6 +90,36 @@ def test_regions_without_a_live_pod_are_dropped(tmp_path: Path) -> None:
     assert to_batch(payload, elsewhere)[1] == len(payload.regions), (
         "a pod on another node is not this node's"
     )
+
+
+def test_a_push_batch_counts_as_a_scrape_does() -> None:
+    """``samples`` is what the source offered, ``dropped`` what was left out: the same for both."""
+    owned_pod = PodRef("uid-a", "team-a", "pod-a", "n1", {})
+    device = Device(index=0, uuid="GPU-a", memory_used=5, memory_limit=10)
+    payload = Payload(
+        node="n1",
+        agent="x",
+        sequence=1,
+        time=1000.0,
+        nvml=True,
+        cards=[Card(index=0, uuid="GPU-a", name="A100", memory_used=7, utilization=3.0)],
+        regions=[
+            Region(
+                pod_uid="uid-a",
+                container="main",
+                devices=[device, device.model_copy(update={"index": 1})],
+            ),
+            Region(pod_uid="uid-gone", container="main", devices=[device]),
+        ],
+    )
+    batch, unowned = to_batch(payload, StaticDirectory({"uid-a": owned_pod}, {}))
+    vgpu_series = 2 * (len(VGPU_FAMILIES) - 1)  # no kernel ran: no elapsed-seconds series
+    assert unowned == 1
+    assert len(batch.series) == 2 + vgpu_series
+    assert batch.dropped == len(VGPU_FAMILIES)
+    assert batch.samples == len(batch.series) + batch.dropped
+    assert batch.duplicates == 0
+    assert all(key.endswith(b',zone="vGPU"}') for key in batch.series)
 
 
 @pytest.fixture

@@ -16,17 +16,16 @@ from pydantic import ValidationError
 
 from collector import schema
 from collector.batch import Batch, Source
-from collector.exposition.render import series_key
+from collector.normalise import Group, Normaliser, Readings
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
-from collector.sources.pods import PodDirectory
+from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
-from core.payload import Payload
+from core.payload import Card, Device, Payload, Region
 
 log = logging.getLogger(__name__)
 
-ZONE = ("zone", "vGPU")
 _REASONS = {401: "unauthorized", 403: "forbidden"}
 
 
@@ -39,123 +38,79 @@ class PushConfig:
     priority: int
 
 
-HOST_FAMILIES = (
-    "hami_host_gpu_memory_used_bytes",
-    "hami_host_gpu_memory_total_bytes",
-    "hami_host_gpu_utilization_ratio",
-    "hami_host_gpu_memory_controller_utilization_ratio",
-    "hami_host_gpu_temperature_celsius",
-    "hami_host_gpu_power_usage_watts",
-)
-CONTAINER_FAMILIES = (
-    schema.VGPU_MEMORY_USED,
-    schema.CONTAINER_MEMORY,
-    "hami_vgpu_memory_limit_bytes",
-    "hami_container_device_utilization_ratio",
-    "hami_vgpu_memory_context_bytes",
-    "hami_vgpu_memory_module_bytes",
-    "hami_vgpu_memory_buffer_bytes",
-    "hami_container_last_kernel_elapsed_seconds",
-)
+def decode(payload: Payload, pods: PodDirectory) -> tuple[Readings, int]:
+    """Attribute a payload's readings; return them and how many regions had no live owner.
 
-Labels = tuple[tuple[str, str], ...]
-
-
-class SeriesKeys:
-    """The series keys of one node's pushes, kept from one push to the next.
-
-    Building a key is most of a push's cost, and a node's label sets rarely
-    change between two snapshots; keys not used by the latest push are dropped.
+    Cards and vGPUs are labelled as a HAMi v2.10 monitor labels them
+    (``device_type`` = "NVIDIA-" + NVML name, the first 40 characters of a UUID);
+    a region whose pod or claim is unknown, or on another node, is dropped.
     """
-
-    def __init__(self) -> None:
-        self._previous: dict[Labels, tuple[bytes, ...]] = {}
-        self._current: dict[Labels, tuple[bytes, ...]] = {}
-
-    def of(self, families: tuple[str, ...], labels: Labels) -> tuple[bytes, ...]:
-        """The keys of ``families`` with ``labels``, in the order of ``families``."""
-        keys = self._current.get(labels) or self._previous.get(labels)
-        if keys is None:
-            keys = tuple(series_key(name, labels) for name in families)
-        self._current[labels] = keys
-        return keys
-
-    def done(self) -> None:
-        """End a push: what it did not use is forgotten after the next."""
-        self._previous, self._current = self._current, {}
-
-
-def _put(
-    series: dict[bytes, float], keys: tuple[bytes, ...], values: tuple[float | None, ...]
-) -> None:
-    for key, value in zip(keys, values, strict=True):
-        if value is not None:
-            series[key] = float(value)
-
-
-def to_batch(
-    payload: Payload, pods: PodDirectory, keys: SeriesKeys | None = None
-) -> tuple[Batch, int]:
-    """Turn a payload into canonical series; return them and how many regions had no live owner.
-
-    The series are those a HAMi v2.10 monitor exports for the same readings,
-    labelled as it labels them (``device_type`` = "NVIDIA-" + NVML name, the
-    first 40 characters of a UUID), plus temperature and power.
-    """
-    keys = keys or SeriesKeys()
-    series: dict[bytes, float] = {}
-    for card in payload.cards:
-        labels: Labels = (
-            ("device_index", str(card.index)),
-            ("device_type", f"NVIDIA-{card.name}"),
-            ("device_uuid", card.uuid[:40]),
-            ZONE,
-        )
-        host_values: tuple[float | None, ...] = (
-            card.memory_used,
-            card.memory_total,
-            card.utilization,
-            card.memory_utilization,
-            card.temperature,
-            card.power,
-        )
-        _put(series, keys.of(HOST_FAMILIES, labels), host_values)
-    unowned = 0
+    groups = [_card(card) for card in payload.cards]
+    unowned = dropped = 0
     for region in payload.regions:
-        if region.claim_uid is not None:
-            owner = pods.claim_owner(region.claim_uid)
-        else:
-            pod = pods.pod(region.pod_uid or "")
-            owner = None if pod is None else (pod, region.container or "")
+        owner = _owner(region, pods)
         if owner is None or owner[0].node != payload.node:
             unowned += 1
+            dropped += len(region.devices) * len(schema.VGPU_FAMILIES)
             continue
-        pod, container = owner
         elapsed = None
         if region.last_kernel_time:
             elapsed = float(max(int(payload.time) - region.last_kernel_time, 0))
-        for device in region.devices:
-            labels = (
-                ("container", container),
-                ("device_uuid", device.uuid[:40]),
-                ("namespace", pod.namespace),
-                ("pod", pod.name),
-                ("vdevice_index", str(device.index)),
-                ZONE,
-            )
-            device_values: tuple[float | None, ...] = (  # in CONTAINER_FAMILIES' order
-                device.memory_used,
-                device.memory_used,
-                device.memory_limit,
-                device.sm_utilization,
-                device.context,
-                device.module,
-                device.buffer,
-                elapsed,
-            )
-            _put(series, keys.of(CONTAINER_FAMILIES, labels), device_values)
-    keys.done()
-    return Batch(series, samples=len(series), dropped=unowned), unowned
+        groups.extend(_vgpu(device, *owner, elapsed) for device in region.devices)
+    return Readings(tuple(groups), dropped), unowned
+
+
+def to_batch(
+    payload: Payload, pods: PodDirectory, normaliser: Normaliser | None = None
+) -> tuple[Batch, int]:
+    """Decode a payload and normalise its readings; return the batch and the unowned regions."""
+    readings, unowned = decode(payload, pods)
+    return (normaliser or Normaliser(payload.node)).readings(readings), unowned
+
+
+def _owner(region: Region, pods: PodDirectory) -> tuple[PodRef, str] | None:
+    if region.claim_uid is not None:
+        return pods.claim_owner(region.claim_uid)
+    pod = pods.pod(region.pod_uid or "")
+    return None if pod is None else (pod, region.container or "")
+
+
+def _card(card: Card) -> Group:
+    labels = (
+        ("device_index", str(card.index)),
+        ("device_type", f"NVIDIA-{card.name}"),
+        ("device_uuid", card.uuid[:40]),
+    )
+    readings = {
+        "memory_used": card.memory_used,
+        "memory_total": card.memory_total,
+        "utilization": card.utilization,
+        "memory_controller_utilization": card.memory_utilization,
+        "temperature": card.temperature,
+        "power": card.power,
+    }
+    return Group(schema.CARD_FAMILIES, labels, tuple(readings[r] for r, _ in schema.CARD_READINGS))
+
+
+def _vgpu(device: Device, pod: PodRef, container: str, elapsed: float | None) -> Group:
+    labels = (
+        ("container", container),
+        ("device_uuid", device.uuid[:40]),
+        ("namespace", pod.namespace),
+        ("pod", pod.name),
+        ("vdevice_index", str(device.index)),
+    )
+    readings = {
+        "memory_used": device.memory_used,
+        "device_memory": device.memory_used,
+        "memory_limit": device.memory_limit,
+        "sm_utilization": device.sm_utilization,
+        "last_kernel_seconds": elapsed,
+        "memory_context": device.context,
+        "memory_module": device.module,
+        "memory_buffer": device.buffer,
+    }
+    return Group(schema.VGPU_FAMILIES, labels, tuple(readings[r] for r, _ in schema.VGPU_READINGS))
 
 
 class PushReceiver:
@@ -176,7 +131,7 @@ class PushReceiver:
         self._config = config
         self._inflight = 0
         self._seen: dict[str, tuple[str, int]] = {}
-        self._keys: dict[str, SeriesKeys] = {}
+        self._normalisers: dict[str, Normaliser] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         """Accept (204) or refuse one payload with a JSON error naming the reason."""
@@ -222,10 +177,10 @@ class PushReceiver:
         seen = self._seen.get(payload.node)
         if seen is not None and seen[0] == payload.agent and payload.sequence <= seen[1]:
             return web.Response(status=204)
-        keys = self._keys.get(payload.node)
-        if keys is None:
-            keys = self._keys[payload.node] = SeriesKeys()
-        batch, unowned = to_batch(payload, self._pods, keys)
+        normaliser = self._normalisers.get(payload.node)
+        if normaliser is None:
+            normaliser = self._normalisers[payload.node] = Normaliser(payload.node)
+        batch, unowned = to_batch(payload, self._pods, normaliser)
         self._seen[payload.node] = (payload.agent, payload.sequence)
         source = Source(
             f"agent/{payload.node}",
@@ -241,7 +196,7 @@ class PushReceiver:
     def forget(self, node: str) -> None:
         """Drop what is remembered of a node whose agent went stale."""
         self._seen.pop(node, None)
-        self._keys.pop(node, None)
+        self._normalisers.pop(node, None)
 
     def _refuse(
         self,

@@ -25,27 +25,19 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
+from collector import schema
 from collector.exposition.parse import parse_series
 from collector.store import NodeView
 
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
-    b"hami_host_gpu_memory_used_bytes": 0,
-    b"hami_host_gpu_memory_total_bytes": 1,
-    b"hami_host_gpu_utilization_ratio": 2,
-    b"hami_host_gpu_memory_controller_utilization_ratio": 3,
-    b"hami_host_gpu_temperature_celsius": 4,
-    b"hami_host_gpu_power_usage_watts": 5,
+    family.encode(): slot for slot, family in enumerate(schema.CARD_FAMILIES)
 }
 _CONTAINER_SLOTS: Final[Mapping[bytes, int]] = {
-    b"hami_vgpu_memory_used_bytes": 0,
-    b"hami_container_device_memory_bytes": 1,
-    b"hami_vgpu_memory_limit_bytes": 2,
-    b"hami_container_device_utilization_ratio": 3,
-    b"hami_container_last_kernel_elapsed_seconds": 4,
-    b"hami_vgpu_memory_context_bytes": 5,
-    b"hami_vgpu_memory_module_bytes": 6,
-    b"hami_vgpu_memory_buffer_bytes": 7,
+    family.encode(): slot for slot, family in enumerate(schema.VGPU_FAMILIES)
 }
+
+_CARD_READINGS: Final = tuple(reading for reading, _ in schema.CARD_READINGS)
+_VGPU_READINGS: Final = tuple(reading for reading, _ in schema.VGPU_READINGS)
 
 CardLabels = tuple[int | None, str, str | None]
 """device_index (None if absent or not a number), device_uuid ("" if absent), device_type."""
@@ -339,35 +331,36 @@ def _bytes(value: float | None) -> int | None:
 
 
 def _card(labels: CardLabels, keys: _Keys, series: Mapping[bytes, float]) -> CardReading:
-    used, total, util, controller, temperature, power = _values(keys, series)
+    read = dict(zip(_CARD_READINGS, _values(keys, series), strict=True))
     return CardReading(
         device_index=labels[0],
         device_uuid=labels[1],
         device_type=labels[2],
-        memory_used=_bytes(used),
-        memory_total=_bytes(total),
-        utilization=util,
-        memory_controller_utilization=controller,
-        temperature=temperature,
-        power=power,
+        memory_used=_bytes(read["memory_used"]),
+        memory_total=_bytes(read["memory_total"]),
+        utilization=read["utilization"],
+        memory_controller_utilization=read["memory_controller_utilization"],
+        temperature=read["temperature"],
+        power=read["power"],
     )
 
 
 def _container(
     labels: ContainerLabels, keys: _Keys, series: Mapping[bytes, float]
 ) -> ContainerReading:
-    used, device_memory, limit, util, kernel, context, module, buffer = _values(keys, series)
+    read = dict(zip(_VGPU_READINGS, _values(keys, series), strict=True))
+    used = read["memory_used"]
     return ContainerReading(
         namespace=labels[0],
         pod=labels[1],
         container=labels[2],
         vdevice_index=_int(labels[3]),
         device_uuid=labels[4],
-        memory_used=_bytes(used if used is not None else device_memory),
-        memory_limit=_bytes(limit),
-        sm_utilization=util,
-        last_kernel_seconds=kernel,
-        memory_context=_bytes(context),
-        memory_module=_bytes(module),
-        memory_buffer=_bytes(buffer),
+        memory_used=_bytes(used if used is not None else read["device_memory"]),
+        memory_limit=_bytes(read["memory_limit"]),
+        sm_utilization=read["sm_utilization"],
+        last_kernel_seconds=read["last_kernel_seconds"],
+        memory_context=_bytes(read["memory_context"]),
+        memory_module=_bytes(read["memory_module"]),
+        memory_buffer=_bytes(read["memory_buffer"]),
     )
