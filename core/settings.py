@@ -12,16 +12,11 @@ import argparse
 import ipaddress
 import os
 import sys
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
-
-config_file: ContextVar[Path | None] = ContextVar("config_file", default=None)
-"""The settings file of the settings being built (set by the CLI)."""
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource
 
 
 def _split(value: Any) -> Any:
@@ -49,29 +44,25 @@ def is_loopback(host: str) -> bool:
     return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """Values from the YAML or JSON settings file, if one was named."""
+def _read_file(path: Path) -> dict[str, Any]:
+    """The values of a YAML or JSON settings file, keyed by field name."""
+    import yaml  # only when a file is named: the agent on every node saves its memory
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        path = config_file.get()
-        if path is None:
-            return {}
-        import yaml  # only when a file is named: the agent on every node saves its memory
-
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(str(exc)) from None
-        if not isinstance(data, dict):
-            raise ValueError(f"settings file {path} must hold a mapping")
-        return {k.replace("-", "_"): v for k, v in data.items()}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"settings file {path} must hold a mapping")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
 class FileSettings(BaseSettings):
-    """Base of every program's settings: init values, then env vars, then the file."""
+    """Base of every program's settings: init values, then env vars, then defaults.
+
+    :func:`load_settings` puts a settings file's values under the env vars; the
+    file is an argument of that call, never state of the process.
+    """
 
     @classmethod
     def settings_customise_sources(
@@ -82,7 +73,7 @@ class FileSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _FileSource(settings_cls)
+        return init_settings, env_settings
 
 
 def describe_error(error: ValidationError, prefix: str) -> str:
@@ -135,15 +126,17 @@ def load_settings(model: type[S], flags: dict[str, Any], env_prefix: str) -> S:
     """
     flags = dict(flags)
     path = flags.pop("config", None) or _env_path(env_prefix)
-    token = config_file.set(path)
     try:
-        return model(**flags)
-    except ValidationError as exc:
-        print(describe_error(exc, env_prefix), file=sys.stderr)
+        values = _read_file(path) if path is not None else {}
     except (OSError, ValueError) as exc:
         print(f"invalid settings file {path}: {exc}", file=sys.stderr)
-    finally:
-        config_file.reset(token)
+        raise SystemExit(2) from None
+    try:
+        return model(**{**values, **EnvSettingsSource(model)(), **flags})
+    except ValidationError as exc:
+        print(describe_error(exc, env_prefix), file=sys.stderr)
+    except ValueError as exc:  # an env var pydantic-settings could not decode
+        print(f"invalid settings: {exc}", file=sys.stderr)
     raise SystemExit(2)
 
 
