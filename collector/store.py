@@ -16,11 +16,11 @@ from collector.tsdb.history import History
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A source's latest good batch and when it arrived."""
+    """A source's latest good batch and when it arrived (``received``, monotonic seconds)."""
 
     source: Source
     batch: Batch
-    at: float
+    received: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +45,17 @@ class Store:
         self._node_of: dict[str, str] = {}
         self._views: dict[str, NodeView] = {}
 
-    def put(self, source: Source, batch: Batch, at: float, sampled: float | None = None) -> None:
+    def put(
+        self, source: Source, batch: Batch, received: float, sampled: float | None = None
+    ) -> None:
         """Replace ``source``'s batch: series absent from it vanish at once.
 
-        ``at`` is the monotonic arrival time (for staleness); ``sampled`` the wall
-        time the readings were taken, for the history (default: now).
+        ``received`` is the monotonic arrival time (for staleness); ``sampled`` the
+        wall time the readings were taken, for the history (default: now).
         """
         if self._node_of.get(source.id, source.node) != source.node:
             self._forget(source.id)
-        self._nodes.setdefault(source.node, {})[source.id] = Held(source, batch, at)
+        self._nodes.setdefault(source.node, {})[source.id] = Held(source, batch, received)
         self._node_of[source.id] = source.node
         self._changed(source.node, sampled)
 
@@ -67,7 +69,7 @@ class Store:
             held.source
             for held_by_id in self._nodes.values()
             for held in held_by_id.values()
-            if now - held.at >= self.stale_after
+            if now - held.received >= self.stale_after
         ]
         for source in old:
             self._forget(source.id)
@@ -85,7 +87,7 @@ class Store:
         held_by_id = self._nodes.get(node)
         if not held_by_id:
             return None
-        ranked = sorted(held_by_id.values(), key=lambda h: (h.source.priority, -h.at))
+        ranked = sorted(held_by_id.values(), key=lambda h: (h.source.priority, -h.received))
         if len(ranked) == 1:
             series: Mapping[bytes, float] = ranked[0].batch.series
             families = ranked[0].batch.families

@@ -24,11 +24,11 @@ def points(
 
 def test_points_align_and_vanished_series_get_one_stale_marker() -> None:
     history = History()
-    history.record("n1", {A: 1.0, B: 2.0}, at=10)
-    history.record("n1", {A: 1.5, B: 2.5}, at=20)
-    history.record("n1", {A: 2.0}, at=30)
-    history.record("n1", {A: 2.5}, at=40)
-    history.record("n1", {A: 3.0, B: 9.0}, at=50)
+    history.record("n1", {A: 1.0, B: 2.0}, sampled=10)
+    history.record("n1", {A: 1.5, B: 2.5}, sampled=20)
+    history.record("n1", {A: 2.0}, sampled=30)
+    history.record("n1", {A: 2.5}, sampled=40)
+    history.record("n1", {A: 3.0, B: 9.0}, sampled=50)
     assert points(history) == {
         "n1/a/m": [(10, 1.0), (20, 1.5), (30, 2.0), (40, 2.5), (50, 3.0)],
         "n1/b/m": [(10, 2.0), (20, 2.5), (30, "stale"), (40, "stale"), (50, 9.0)],
@@ -38,19 +38,19 @@ def test_points_align_and_vanished_series_get_one_stale_marker() -> None:
 
 def test_a_node_that_goes_marks_everything_stale() -> None:
     history = History()
-    history.record("n1", {A: 1.0}, at=10)
-    history.record("n1", {}, at=20)
-    history.record("n1", {}, at=30)
+    history.record("n1", {A: 1.0}, sampled=10)
+    history.record("n1", {}, sampled=20)
+    history.record("n1", {}, sampled=30)
     assert points(history) == {"n1/a/m": [(10, 1.0), (20, "stale")]}
-    history.record("n9", {}, at=30)
+    history.record("n9", {}, sampled=30)
     assert "n9" not in str(points(history))
 
 
 def test_select_filters_by_matchers_and_window() -> None:
     history = History()
     for t in (10, 20, 30):
-        history.record("n1", {A: t, B: -t}, at=t)
-        history.record("n2", {A: t * 10}, at=t)
+        history.record("n1", {A: t, B: -t}, sampled=t)
+        history.record("n2", {A: t * 10}, sampled=t)
     got = points(
         history, Matcher.of("__name__", "=", "m"), Matcher.of("pod", "=~", "a|z"), start=15, end=30
     )
@@ -62,9 +62,9 @@ def test_select_filters_by_matchers_and_window() -> None:
 
 def test_out_of_order_points_are_not_recorded() -> None:
     history = History()
-    history.record("n1", {A: 1.0}, at=20)
-    history.record("n1", {A: 9.0}, at=10)
-    history.record("n1", {A: 9.0}, at=20)
+    history.record("n1", {A: 1.0}, sampled=20)
+    history.record("n1", {A: 9.0}, sampled=10)
+    history.record("n1", {A: 9.0}, sampled=20)
     assert points(history) == {"n1/a/m": [(20, 1.0)]}
 
 
@@ -72,7 +72,7 @@ def test_retention_and_the_point_cap_drop_the_oldest_first() -> None:
     now = [0.0]
     history = History(retention=100, max_points=1000, clock=lambda: now[0])
     for t in range(0, 200, 10):
-        history.record("n1", {A: t, B: t}, at=t)
+        history.record("n1", {A: t, B: t}, sampled=t)
     history.trim(now=195)
     assert [t for t, _ in points(history)["n1/a/m"]] == list(range(100, 200, 10))
     assert history.points == 20
@@ -89,17 +89,17 @@ def test_retention_and_the_point_cap_drop_the_oldest_first() -> None:
 
 def test_a_series_that_only_trims_away_is_forgotten_and_steady_state_continues() -> None:
     history = History(retention=25)
-    history.record("n1", {A: 1.0, B: 1.0}, at=10)
+    history.record("n1", {A: 1.0, B: 1.0}, sampled=10)
     for t in (20, 30, 40):
-        history.record("n1", {A: float(t)}, at=t)
+        history.record("n1", {A: float(t)}, sampled=t)
     history.trim(now=50)
-    history.record("n1", {A: 50.0}, at=50)
+    history.record("n1", {A: 50.0}, sampled=50)
     assert points(history) == {"n1/a/m": [(30, 30.0), (40, 40.0), (50, 50.0)]}
 
 
 def test_series_data_is_what_select_yields() -> None:
     history = History()
-    history.record("n1", {A: math.nan}, at=1)
+    history.record("n1", {A: math.nan}, sampled=1)
     (series,) = history.select([], 0, 2)
     assert isinstance(series, SeriesData)
     assert math.isnan(series.values[0])

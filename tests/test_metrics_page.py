@@ -31,7 +31,9 @@ def filled_store() -> Store:
     }
     for node, body in bodies.items():
         store.put(
-            Source(node, node, node, SourceKind.HAMI, 1), Normaliser(node).normalise(body), at=0
+            Source(node, node, node, SourceKind.HAMI, 1),
+            Normaliser(node).normalise(body),
+            received=0,
         )
     return store
 
@@ -103,7 +105,9 @@ def test_builds_are_shared_until_something_changes() -> None:
         assert first is second, "concurrent scrapes share one compressed body"
         assert await page.body(False, True) is first
         store.put(
-            Source("n1", "n1", "n1", SourceKind.HAMI, 1), Normaliser("n1").normalise(b"m 1\n"), at=1
+            Source("n1", "n1", "n1", SourceKind.HAMI, 1),
+            Normaliser("n1").normalise(b"m 1\n"),
+            received=1,
         )
         changed = await page.body(False, True)
         assert changed is not first

@@ -79,9 +79,14 @@ class History:
         self._clock = clock
         self._nodes: dict[str, _Node] = {}
 
-    def record(self, node: str, series: Mapping[bytes, float], at: float | None = None) -> None:
-        """Add one point per series of ``node`` at ``at``; mark series that vanished as stale."""
-        t = self._clock() if at is None else at
+    def record(
+        self, node: str, series: Mapping[bytes, float], sampled: float | None = None
+    ) -> None:
+        """Add one point per series of ``node`` at wall time ``sampled`` (default: now).
+
+        Series that vanished since the node's last point are marked stale.
+        """
+        t = self._clock() if sampled is None else sampled
         state = self._nodes.get(node)
         if state is None:
             if not series:

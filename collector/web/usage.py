@@ -183,7 +183,7 @@ class NodeUsage:
         self.memory_used = sum(used) if used else None
         self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
         self.utilization_average = sum(utils) / len(utils) if utils else None
-        self.newest = max((held.at for held in view.sources), default=-math.inf)
+        self.newest = max((held.received for held in view.sources), default=-math.inf)
         self._containers: tuple[ContainerReading, ...] | None = None
 
     @property
