@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from collector.exposition.parse import Labels, parse_series
+
 
 def escape_label_value(value: str) -> str:
     """Escape a label value as both formats require: backslash, quote, newline."""
@@ -29,6 +31,23 @@ def series_key(name: str, labels: Iterable[tuple[str, str]]) -> bytes:
     """Return the canonical key of a series: its text with labels sorted by name."""
     body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(labels))
     return f"{name}{{{body}}}".encode()
+
+
+def key_labels(key: bytes) -> tuple[str, Labels]:
+    """The name and labels of a key: the inverse of :func:`series_key`.
+
+    Without a backslash no value of a canonical key holds a quote, so
+    splitting on ``",`` is exact and several times faster than the parser,
+    which keys with escapes take.
+    """
+    brace = key.find(b"{")
+    if b"\\" in key or brace < 0 or key[-2:] != b'"}':
+        return parse_series(key)
+    pairs = key[brace + 1 : -2].split(b'",')
+    labels = tuple(
+        (label.decode(), value.decode()) for label, _, value in (p.partition(b'="') for p in pairs)
+    )
+    return key[:brace].decode(), labels
 
 
 def key_name(key: bytes) -> str:

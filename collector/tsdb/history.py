@@ -23,8 +23,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from collector.exposition.parse import parse_series
-from collector.exposition.render import key_name
+from collector.exposition.render import key_labels, key_name
 from collector.tsdb.series import STALE, Matcher, SeriesData, is_stale
 
 
@@ -49,7 +48,7 @@ class _Line:
     @property
     def labels(self) -> dict[str, str]:
         if self.parsed is None:
-            name, labels = parse_series(self.key)
+            name, labels = key_labels(self.key)
             self.parsed = {"__name__": name, **dict(labels), "node": self.node}
         return self.parsed
 

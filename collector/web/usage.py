@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
 from collector import schema
-from collector.exposition.parse import parse_series
+from collector.exposition.render import key_labels
 from collector.store import NodeView
 
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
@@ -258,13 +258,13 @@ class _Classifier:
         if slot is not None:
             card = self._cards.get(text)
             if card is None:
-                card = self._cards[text] = _card_labels(_label_map(key, text))
+                card = self._cards[text] = _card_labels(dict(key_labels(key)[1]))
             return _CardKey(slot, card)
         slot = _CONTAINER_SLOTS.get(name)
         if slot is not None:
             container = self._containers.get(text)
             if container is None:
-                container = self._containers[text] = _container_labels(_label_map(key, text))
+                container = self._containers[text] = _container_labels(dict(key_labels(key)[1]))
             return _ContainerKey(slot, container)
         return None
 
@@ -287,22 +287,6 @@ def _container_labels(labels: dict[str, str]) -> ContainerLabels:
         sys.intern(labels.get("vdevice_index", "")),
         labels.get("device_uuid", ""),
     )
-
-
-def _label_map(key: bytes, text: bytes) -> dict[str, str]:
-    """The labels of a store key, whose label text is ``text`` (``{a="b",...}``).
-
-    Store keys are canonical (:func:`collector.exposition.render.series_key`):
-    without a backslash no value holds a quote, so splitting on ``",`` is exact.
-    Keys with escapes take the full parser.
-    """
-    if b"\\" in text or text[-2:] != b'"}':
-        return dict(parse_series(key)[1])
-    labels = {}
-    for pair in text[1:-2].split(b'",'):
-        label, _, value = pair.partition(b'="')
-        labels[label.decode()] = value.decode()
-    return labels
 
 
 def _merge(old: CardLabels, new: CardLabels) -> CardLabels:
