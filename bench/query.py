@@ -697,8 +697,8 @@ def _rest_routes(app: web.Application) -> str:
     if any(r.canonical == "/api/v1/nodes" for r in app.router.resources()):
         return "build_app"
     try:
-        rest: Any = importlib.import_module("collector.web.rest")
-        api = rest.RestApi(STORE, SETTINGS)
+        rest: Any = importlib.import_module("collector.web.rest.handlers")
+        api = rest.RestApi(STORE, app[SETTINGS].interval)
         app.router.add_routes(api.routes())
         app.cleanup_ctx.append(api.warming)
     except Exception as exc:

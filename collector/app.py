@@ -34,7 +34,7 @@ from collector.tsdb.history import History
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
-from collector.web.rest import RestApi
+from collector.web.rest.handlers import RestApi
 from core.tasks import owned
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.router.add_routes(PrometheusAPI(store, settings.lookback).routes())
     app.router.add_post("/api/v1/push", push)
     app.router.add_routes(health.routes(ready))
-    rest_api = RestApi(STORE, SETTINGS)
+    rest_api = RestApi(STORE, settings.interval)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
     return app

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import eventually, free_port
 
-from collector.app import SETTINGS, STORE, build_app
+from collector.app import STORE, build_app
 from collector.batch import Source
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import collector_flavour, write_targets
@@ -36,15 +36,9 @@ from collector.settings import CollectorSettings
 from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
 from collector.store import Store
-from collector.web.rest import (
-    CONTAINER_SORT_FIELDS,
-    NODE_SORT_FIELDS,
-    ContainerList,
-    NodeDetail,
-    NodeList,
-    PodDetail,
-    RestApi,
-)
+from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, NODE_SORT_FIELDS
+from collector.web.rest.handlers import RestApi
+from collector.web.rest.models import ContainerList, NodeDetail, NodeList, PodDetail
 from core.payload import Card as AgentCard
 from core.payload import Payload
 
@@ -80,8 +74,7 @@ def fill(store: Store, nodes: list[SimulatedNode], at: float | None = None) -> N
 async def serving(store: Store, interval: float = 15.0) -> AsyncIterator[tuple[Client, RestApi]]:
     app = web.Application()
     app[STORE] = store
-    app[SETTINGS] = CollectorSettings(kubernetes=False, interval=interval, timeout=interval)
-    api = RestApi(STORE, SETTINGS)
+    api = RestApi(STORE, interval)
     app.router.add_routes(api.routes())
     async with TestClient(TestServer(app)) as client:
         yield client, api
@@ -609,7 +602,7 @@ async def test_the_collector_serves_what_its_monitors_say(tmp_path: Path) -> Non
             timeout=0.4,
         )
         app = build_app(settings)
-        api = RestApi(STORE, SETTINGS)
+        api = RestApi(STORE, settings.interval)
         app.router.add_routes(api.routes())
         app.cleanup_ctx.append(api.warming)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)

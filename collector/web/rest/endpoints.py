@@ -1,0 +1,200 @@
+"""The endpoints, their parameters, and the checking of a list endpoint's query string.
+
+One table, :data:`ENDPOINTS`, is what the routes are made from and what the
+OpenAPI document describes; a query string is checked against the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from multidict import MultiMapping
+from pydantic import BaseModel
+
+from collector.web.rest.models import ApiError, ContainerList, NodeDetail, NodeList, PodDetail
+
+PREFIX = "/api/v1"
+
+NODE_SORT_FIELDS = (
+    "name",
+    "card_count",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "utilization_average_percent",
+    "container_count",
+    "data_age_seconds",
+    "health",
+)
+"""Fields of a node summary that ``GET /api/v1/nodes?sort=`` accepts."""
+READING_OF = {
+    "namespace": "namespace",
+    "pod": "pod",
+    "container": "container",
+    "vdevice_index": "vdevice_index",
+    "device_uuid": "device_uuid",
+    "memory_used_bytes": "memory_used",
+    "memory_limit_bytes": "memory_limit",
+    "sm_utilization_percent": "sm_utilization",
+    "last_kernel_seconds": "last_kernel_seconds",
+}
+"""API field of a container row -> attribute of its :class:`~collector.web.usage.ContainerReading`."""
+CONTAINER_SORT_FIELDS = ("node", *READING_OF)
+"""Fields of a container row that ``GET /api/v1/pods?sort=`` accepts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One parameter of an endpoint."""
+
+    name: str
+    where: Literal["path", "query"]
+    description: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Endpoint:
+    """One GET endpoint: its path, answer model, parameters and error answers."""
+
+    path: str
+    operation: str
+    summary: str
+    response: type[BaseModel] | None
+    params: tuple[Param, ...] = ()
+    errors: tuple[int, ...] = ()
+
+
+def _sort_param(fields: Sequence[str]) -> Param:
+    return Param(
+        "sort",
+        "query",
+        "Field to sort by, ascending; prefix '-' for descending. Nulls sort last either way; "
+        "ties keep the default order.",
+        {"type": "string", "enum": [*fields, *(f"-{f}" for f in fields)]},
+    )
+
+
+_LIMIT = Param(
+    "limit",
+    "query",
+    "Return at most this many items (after sorting).",
+    {"type": "integer", "minimum": 1},
+)
+_NAMESPACE_FILTER = Param(
+    "namespace",
+    "query",
+    "Only what belongs to this namespace (empty: no filter).",
+    {"type": "string"},
+)
+_NODE_FILTER = Param("node", "query", "Only this node (empty: no filter).", {"type": "string"})
+
+LIST_NODES = Endpoint(
+    f"{PREFIX}/nodes",
+    "listNodes",
+    "Every node: cards, memory, utilisation, containers, sources, data age, health",
+    NodeList,
+    (
+        Param(
+            "namespace",
+            "query",
+            "Only nodes running a vGPU container of this namespace (empty: no filter).",
+            {"type": "string"},
+        ),
+        _sort_param(NODE_SORT_FIELDS),
+        _LIMIT,
+    ),
+    (400,),
+)
+GET_NODE = Endpoint(
+    f"{PREFIX}/nodes/{{node}}",
+    "getNode",
+    "One node's cards with their usage and containers",
+    NodeDetail,
+    (Param("node", "path", "Node name", {"type": "string"}),),
+    (404,),
+)
+LIST_CONTAINERS = Endpoint(
+    f"{PREFIX}/pods",
+    "listContainers",
+    "Per-container vGPU usage rows of every node",
+    ContainerList,
+    (_NAMESPACE_FILTER, _NODE_FILTER, _sort_param(CONTAINER_SORT_FIELDS), _LIMIT),
+    (400,),
+)
+GET_POD = Endpoint(
+    f"{PREFIX}/namespaces/{{namespace}}/pods/{{pod}}",
+    "getPod",
+    "One pod's vGPU usage rows",
+    PodDetail,
+    (
+        Param("namespace", "path", "Namespace", {"type": "string"}),
+        Param("pod", "path", "Pod name", {"type": "string"}),
+    ),
+    (404,),
+)
+OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)
+ENDPOINTS: tuple[Endpoint, ...] = (LIST_NODES, GET_NODE, LIST_CONTAINERS, GET_POD, OPENAPI)
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """The checked query of a list endpoint."""
+
+    filters: Mapping[str, str]
+    sort: str | None
+    descending: bool
+    limit: int | None
+
+
+def list_query(query: MultiMapping[str], endpoint: Endpoint) -> ListQuery:
+    """Check a list endpoint's query string; raise a 400 :class:`ApiError` naming a bad parameter."""
+    params = {p.name: p for p in endpoint.params if p.where == "query"}
+    for name in query:
+        if name not in params:
+            raise _bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(params)}")
+        if len(query.getall(name)) > 1:
+            raise _bad(f"query parameter {name!r} is given more than once")
+    sort = query.get("sort") or None
+    descending = False
+    if sort is not None:
+        allowed: list[str] = params["sort"].schema["enum"]
+        if sort not in allowed:
+            fields = [f for f in allowed if not f.startswith("-")]
+            raise _bad(
+                f"query parameter 'sort': unknown field {sort[:40]!r}; allowed: {', '.join(fields)} "
+                "(prefix '-' for descending)"
+            )
+        descending = sort.startswith("-")
+        sort = sort.removeprefix("-")
+    limit = None
+    raw = query.get("limit")
+    if raw is not None:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) > 0):
+            raise _bad(f"query parameter 'limit' must be a positive integer, not {raw[:40]!r}")
+        limit = int(raw)
+    filters = {
+        name: query[name] for name in params if name not in ("sort", "limit") and query.get(name)
+    }
+    return ListQuery(filters, sort, descending, limit)
+
+
+T = TypeVar("T")
+
+
+def sort_and_limit(
+    items: list[T], query: ListQuery, value: Callable[[T, str], Any] = getattr
+) -> list[T]:
+    """Sort by the query's field (nulls last, stable) and cut to its limit."""
+    if query.sort is not None:
+        field = query.sort
+        keyed = [(value(i, field), i) for i in items]
+        present = [k for k in keyed if k[0] is not None]
+        present.sort(key=lambda k: k[0], reverse=query.descending)
+        items = [i for _, i in present] + [i for v, i in keyed if v is None]
+    return items if query.limit is None else items[: query.limit]

@@ -1,0 +1,196 @@
+"""The REST API's handlers: one answer per request, built from one store generation.
+
+Each handler's body is synchronous, so no ``await`` falls between reading two
+node views. List answers are spliced from each node's cached JSON
+(:mod:`collector.web.rest.presented`); the others are validated models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from collector.store import Store
+from collector.web.rest.cache import NodeCache
+from collector.web.rest.endpoints import (
+    ENDPOINTS,
+    GET_NODE,
+    GET_POD,
+    LIST_CONTAINERS,
+    LIST_NODES,
+    OPENAPI,
+    READING_OF,
+    Endpoint,
+    list_query,
+    sort_and_limit,
+)
+from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail
+from collector.web.rest.openapi import openapi_document
+from collector.web.rest.presented import Presented, container_row, health
+from collector.web.usage import ContainerReading
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class RestApi:
+    """The handlers, reading the store the app holds under ``store_key``.
+
+    ``interval`` is the scrape interval a node's data age is judged by: a node
+    is stale once its data is older than twice that.
+    """
+
+    def __init__(self, store_key: web.AppKey[Store], interval: float) -> None:
+        self._store_key = store_key
+        self._interval = interval
+        self._nodes = NodeCache()
+        self._openapi: bytes | None = None
+
+    def routes(self) -> list[web.RouteDef]:
+        """One GET route per :data:`ENDPOINTS` entry."""
+        handlers: dict[Endpoint, Handler] = {
+            LIST_NODES: self.list_nodes,
+            GET_NODE: self.get_node,
+            LIST_CONTAINERS: self.list_containers,
+            GET_POD: self.get_pod,
+            OPENAPI: self.openapi,
+        }
+        # A path parameter may hold braces (label values are not Kubernetes names).
+        return [
+            web.get(re.sub(r"{(\w+)}", r"{\1:[^/]+}", e.path), _answering(handlers[e]))
+            for e in ENDPOINTS
+        ]
+
+    async def list_nodes(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/nodes``."""
+        query = list_query(request.query, LIST_NODES)
+        store, interval = request.app[self._store_key], self._interval
+        now = time.monotonic()
+        namespace = query.filters.get("namespace")
+        # (presented, data age): JSON is spliced from each node's cached fragment.
+        nodes = [
+            (p, p.age(now))
+            for p in self._nodes.all(store)
+            if namespace is None or namespace in p.usage.namespaces
+        ]
+
+        def value(item: tuple[Presented, float], field: str) -> Any:
+            if field == "data_age_seconds":
+                return item[1]
+            if field == "health":
+                return health(item[1], interval)
+            return getattr(item[0].summary, field)
+
+        chosen = sort_and_limit(nodes, query, value)
+        body = b'{"status":"success","generation":%d,"total":%d,"nodes":[%s]}' % (
+            store.generation,
+            len(nodes),
+            b",".join(p.json_at(age, health(age, interval)) for p, age in chosen),
+        )
+        return web.Response(body=body, content_type=JSON)
+
+    async def get_node(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/nodes/{node}``."""
+        store = request.app[self._store_key]
+        node = request.match_info["node"]
+        presented = self._nodes.one(store, node)
+        if presented is None:
+            raise ApiError(404, "not_found", f"no node {node!r} has data")
+        summary = presented.at(time.monotonic(), self._interval)
+        return _json(presented.detail(store.generation, summary))
+
+    async def list_containers(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/pods``."""
+        query = list_query(request.query, LIST_CONTAINERS)
+        store = request.app[self._store_key]
+        node = query.filters.get("node")
+        namespace = query.filters.get("namespace")
+        if node is not None:
+            one = self._nodes.one(store, node)
+            nodes = [] if one is None else [one]
+        else:
+            nodes = self._nodes.all(store)
+        # (node, reading, row JSON): JSON is joined from each node's cached rows.
+        rows: list[tuple[str, ContainerReading, bytes]] = []
+        for presented in nodes:
+            name = presented.usage.node
+            if namespace is None:
+                rows.extend((name, c, row) for c, row in presented.rows())
+            elif namespace in presented.usage.namespaces:
+                rows.extend(
+                    (name, c, row) for c, row in presented.rows() if c.namespace == namespace
+                )
+
+        def value(item: tuple[str, ContainerReading, bytes], field: str) -> Any:
+            return item[0] if field == "node" else getattr(item[1], READING_OF[field])
+
+        chosen = sort_and_limit(rows, query, value)
+        body = b'{"status":"success","generation":%d,"total":%d,"containers":[%s]}' % (
+            store.generation,
+            len(rows),
+            b",".join(row for _, _, row in chosen),
+        )
+        return web.Response(body=body, content_type=JSON)
+
+    async def get_pod(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/namespaces/{namespace}/pods/{pod}``."""
+        store = request.app[self._store_key]
+        namespace, pod = request.match_info["namespace"], request.match_info["pod"]
+        rows: list[ContainerRow] = []
+        for presented in self._nodes.all(store):
+            if namespace in presented.usage.namespaces:
+                node = presented.usage.node
+                rows.extend(container_row(node, c) for c in presented.pod(namespace, pod))
+        if not rows:
+            raise ApiError(404, "not_found", f"no pod {namespace}/{pod} has vGPU data")
+        body = PodDetail(
+            generation=store.generation,
+            namespace=namespace,
+            pod=pod,
+            nodes=sorted({r.node for r in rows}),
+            memory_used_bytes=sum(r.memory_used_bytes or 0 for r in rows),
+            memory_limit_bytes=sum(r.memory_limit_bytes or 0 for r in rows),
+            containers=rows,
+        )
+        return _json(body)
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/openapi.json``."""
+        if self._openapi is None:
+            self._openapi = json.dumps(openapi_document(), indent=1).encode()
+        return web.Response(body=self._openapi, content_type=JSON)
+
+    async def warming(self, app: web.Application) -> AsyncIterator[None]:
+        """A cleanup context: between requests, bring changed nodes' summaries up to date."""
+        task = asyncio.create_task(
+            self._nodes.keep_warm(app[self._store_key]), name="rest api warming"
+        )
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def refresh(self, store: Store, budget: float) -> bool:
+        """Rebuild stale node summaries for about ``budget`` seconds; True once all are current."""
+        return self._nodes.refresh(store, budget)
+
+
+def _answering(handler: Handler) -> Handler:
+    async def answer(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return error.response()
+
+    return answer
+
+
+def _json(model: BaseModel) -> web.Response:
+    return web.Response(body=model.model_dump_json().encode(), content_type=JSON)

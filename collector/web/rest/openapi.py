@@ -1,0 +1,86 @@
+"""The OpenAPI 3.1 document of the REST API, generated from the endpoint table and the models.
+
+Its description is the docstring of :mod:`collector.web.rest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from collector import __version__
+from collector.web import rest
+from collector.web.rest.endpoints import ENDPOINTS, Endpoint, Param
+from collector.web.rest.models import JSON, Error
+
+_ERRORS = {
+    400: ("BadRequest", "A query parameter is unknown, repeated or invalid; the message names it."),
+    404: ("NotFound", "No such node or pod has data."),
+}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of :data:`ENDPOINTS`, schemas generated from the models."""
+    models: list[type[BaseModel]] = [Error]
+    models += [e.response for e in ENDPOINTS if e.response is not None]
+    refs, definitions = models_json_schema(
+        [(m, "serialization") for m in models], ref_template="#/components/schemas/{model}"
+    )
+    ref = {m: refs[(m, "serialization")] for m in models}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "hami-usage-collector",
+            "version": __version__,
+            "description": (rest.__doc__ or "").strip(),
+        },
+        "paths": {e.path: {"get": _operation(e, ref)} for e in ENDPOINTS},
+        "components": {
+            "schemas": definitions.get("$defs", {}),
+            "responses": {
+                name: {
+                    "description": description,
+                    "content": {JSON: {"schema": ref[Error]}},
+                }
+                for name, description in _ERRORS.values()
+            },
+        },
+    }
+
+
+def _operation(endpoint: Endpoint, ref: Mapping[type[BaseModel], Any]) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        "200": {
+            "description": endpoint.summary,
+            "content": {
+                JSON: {
+                    "schema": ref[endpoint.response]
+                    if endpoint.response is not None
+                    else {"type": "object", "description": "an OpenAPI 3.1 document"}
+                }
+            },
+        }
+    }
+    for status in endpoint.errors:
+        responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
+    operation: dict[str, Any] = {
+        "operationId": endpoint.operation,
+        "summary": endpoint.summary,
+        "responses": responses,
+    }
+    if endpoint.params:
+        operation["parameters"] = [_parameter(p) for p in endpoint.params]
+    return operation
+
+
+def _parameter(param: Param) -> dict[str, Any]:
+    return {
+        "name": param.name,
+        "in": param.where,
+        "required": param.where == "path",
+        "description": param.description,
+        "schema": dict(param.schema),
+    }

@@ -1,0 +1,155 @@
+"""A node's view in the API's forms, each built once per view and kept as JSON where it can be.
+
+The summary's JSON is kept up to its two fields that change with time alone
+(data age and health), so listing nodes splices those onto cached bytes; each
+container row's JSON is kept whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from collector.web.rest.models import (
+    CardUsage,
+    ContainerRow,
+    ContainerUsage,
+    NodeDetail,
+    NodeSummary,
+)
+from collector.web.usage import ContainerReading, NodeUsage
+
+_TIMELY = {"data_age_seconds", "health"}
+
+
+def health(age: float, interval: float) -> Literal["ok", "stale"]:
+    """A node's health: ok while its data age is at most twice the scrape interval."""
+    return "ok" if age <= 2 * interval else "stale"
+
+
+def container_usage(reading: ContainerReading) -> ContainerUsage:
+    """The API form of a container reading."""
+    return ContainerUsage(**_container_fields(reading))
+
+
+def container_row(node: str, reading: ContainerReading) -> ContainerRow:
+    """The API form of a container reading, with the node it runs on."""
+    return ContainerRow(node=node, **_container_fields(reading))
+
+
+def _container_fields(c: ContainerReading) -> dict[str, Any]:
+    return {
+        "namespace": c.namespace,
+        "pod": c.pod,
+        "container": c.container,
+        "vdevice_index": c.vdevice_index,
+        "device_uuid": c.device_uuid,
+        "memory_used_bytes": c.memory_used,
+        "memory_limit_bytes": c.memory_limit,
+        "sm_utilization_percent": c.sm_utilization,
+        "last_kernel_seconds": c.last_kernel_seconds,
+        "memory_context_bytes": c.memory_context,
+        "memory_module_bytes": c.memory_module,
+        "memory_buffer_bytes": c.memory_buffer,
+    }
+
+
+class Presented:
+    """The API forms of one :class:`NodeUsage`, each built on first use."""
+
+    __slots__ = ("_pods", "_rows", "fragment", "summary", "usage")
+
+    def __init__(self, usage: NodeUsage) -> None:
+        self.usage = usage
+        view = usage.view
+        # One validation for the whole summary: the nested models come as plain dicts.
+        self.summary = NodeSummary.model_validate(
+            {
+                "name": view.node,
+                "card_count": len(usage.cards),
+                "card_types": usage.card_types,
+                "memory_used_bytes": usage.memory_used,
+                "memory_total_bytes": usage.memory_total,
+                "utilization": [
+                    {
+                        "index": c.device_index,
+                        "device_uuid": c.device_uuid,
+                        "utilization_percent": c.utilization,
+                    }
+                    for c in usage.cards
+                ],
+                "utilization_average_percent": usage.utilization_average,
+                "container_count": usage.container_count,
+                "sources": [{"kind": h.source.kind, "name": h.source.name} for h in view.sources],
+                "data_age_seconds": 0.0,
+                "health": "ok",
+            }
+        )
+        # The summary's JSON up to its last two fields, which change with time alone.
+        self.fragment = self.summary.model_dump_json(exclude=_TIMELY).encode()[:-1]
+        self._rows: tuple[tuple[ContainerReading, bytes], ...] | None = None
+        self._pods: dict[tuple[str, str], list[ContainerReading]] | None = None
+
+    def age(self, now: float) -> float:
+        """Seconds from the newest batch behind the view to ``now`` (monotonic)."""
+        return round(max(now - self.usage.newest, 0.0), 3)
+
+    def at(self, now: float, interval: float) -> NodeSummary:
+        """The summary with its data age and health as of ``now``."""
+        age = self.age(now)
+        return self.summary.model_copy(
+            update={"data_age_seconds": age, "health": health(age, interval)}
+        )
+
+    def json_at(self, age: float, health: str) -> bytes:
+        """The summary's JSON, given its data age and health."""
+        return b'%s,"data_age_seconds":%s,"health":"%s"}' % (
+            self.fragment,
+            repr(age).encode(),  # a finite float's repr is JSON
+            health.encode(),
+        )
+
+    def rows(self) -> tuple[tuple[ContainerReading, bytes], ...]:
+        """Every container vGPU of the node with its ``ContainerRow`` JSON (kept as bytes)."""
+        if self._rows is None:
+            node = self.usage.node
+            self._rows = tuple(
+                (c, container_row(node, c).model_dump_json().encode())
+                for c in self.usage.containers
+            )
+        return self._rows
+
+    def pod(self, namespace: str, pod: str) -> list[ContainerReading]:
+        """The container vGPUs of one pod on this node."""
+        if self._pods is None:
+            pods: dict[tuple[str, str], list[ContainerReading]] = {}
+            for c in self.usage.containers:
+                pods.setdefault((c.namespace, c.pod), []).append(c)
+            self._pods = pods
+        return self._pods.get((namespace, pod), [])
+
+    def detail(self, generation: int, summary: NodeSummary) -> NodeDetail:
+        """The node with its cards and their containers."""
+        by_card: dict[str, list[ContainerUsage]] = {
+            c.device_uuid: [] for c in self.usage.cards if c.device_uuid
+        }
+        unmatched: list[ContainerUsage] = []
+        for reading in self.usage.containers:
+            by_card.get(reading.device_uuid, unmatched).append(container_usage(reading))
+        cards = [
+            CardUsage(
+                index=c.device_index,
+                device_uuid=c.device_uuid,
+                device_type=c.device_type,
+                memory_used_bytes=c.memory_used,
+                memory_total_bytes=c.memory_total,
+                utilization_percent=c.utilization,
+                memory_controller_utilization_percent=c.memory_controller_utilization,
+                temperature_celsius=c.temperature,
+                power_watts=c.power,
+                containers=by_card.get(c.device_uuid, []) if c.device_uuid else [],
+            )
+            for c in self.usage.cards
+        ]
+        return NodeDetail(
+            generation=generation, node=summary, cards=cards, unmatched_containers=unmatched
+        )
