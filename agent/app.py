@@ -20,7 +20,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
-from agent import hamicore
+from agent import region_scan
 from agent.nvml import NvmlSampler
 from agent.push import Backlog, Pusher, token_reader
 from agent.settings import AgentSettings
@@ -32,7 +32,7 @@ from core.tasks import owned
 log = logging.getLogger(__name__)
 
 
-def regions(scan: hamicore.Scan) -> list[Region]:
+def regions(scan: region_scan.Scan) -> list[Region]:
     """The payload's regions from one scan of the region folders."""
     out = []
     for key, usage in scan.regions.items():
@@ -77,7 +77,7 @@ class Sampler:
         self._roots = [Path(r) for r in roots]
         self._grace = grace
         self._nvml = nvml
-        self.last_scan: hamicore.Scan | None = None
+        self.last_scan: region_scan.Scan | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.region_count = Gauge(
@@ -101,7 +101,7 @@ class Sampler:
     def snapshot(self) -> Payload:
         """Read everything once; errors are counted, never raised."""
         started = time.perf_counter()
-        scan = hamicore.scan(self._roots, grace=self._grace)
+        scan = region_scan.scan(self._roots, grace=self._grace)
         self.last_scan = scan
         for failure in scan.failures:
             self.region_errors.labels(failure.error.reason).inc()

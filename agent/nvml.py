@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from types import ModuleType, TracebackType
-from typing import Any, Final
+from typing import Any, ClassVar, Final, TypedDict
 
 import pynvml  # type: ignore[import-untyped, unused-ignore]
 from pydantic import ValidationError
@@ -72,6 +73,18 @@ def describe(exc: BaseException) -> str:
     reading an agent log on a node they cannot reach.
     """
     return f"{type(exc).__name__}: {exc}"
+
+
+class _Readings(TypedDict, total=False):
+    """The fields of a :class:`Card` that one optional NVML call gives."""
+
+    name: str
+    memory_used: int
+    memory_total: int
+    utilization: float
+    memory_utilization: float
+    temperature: float
+    power: float
 
 
 def _text(value: Any) -> str:
@@ -182,80 +195,75 @@ class NvmlSampler:
 
     def _read_card(self, index: int) -> Card | None:
         """One card, each call guarded on its own (see the module docstring for why)."""
-        nvml = self._nvml
-        error = self._error
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        except error as exc:
-            self._failed("handle", exc, index)
+        identity = self._identify(index)
+        if identity is None:
             return None
+        handle, uuid = identity
+        readings: _Readings = {}
+        for key, read in self._READINGS:
+            try:
+                readings.update(read(self, handle))
+            except self._error as exc:
+                self._failed(key, exc, index)
         try:
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        except error as exc:
-            self._failed("uuid", exc, index)
-            return None
-        if not uuid:
-            self._failed("uuid", ValueError("empty UUID"), index)
-            return None
-
-        try:
-            name = _text(nvml.nvmlDeviceGetName(handle))
-        except error as exc:
-            self._failed("name", exc, index)
-            name = ""
-
-        memory_used: int | None = None
-        memory_total: int | None = None
-        try:
-            # v1 on purpose: every driver has it. Its ``used`` is total - free
-            # and so includes memory the driver reserves for itself; the v2
-            # call (nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2),
-            # drivers >= R510) reports that part separately as ``reserved``.
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            memory_used = int(memory.used)
-            memory_total = int(memory.total)
-        except error as exc:
-            self._failed("memory", exc, index)
-
-        utilization: float | None = None
-        memory_utilization: float | None = None
-        try:
-            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-            utilization = float(rates.gpu)
-            memory_utilization = float(rates.memory)
-        except error as exc:
-            self._failed("utilization", exc, index)
-
-        temperature: float | None = None
-        try:
-            temperature = self._temperature(handle)
-        except error as exc:
-            self._failed("temperature", exc, index)
-
-        power: float | None = None
-        try:
-            power = int(nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # mW -> W
-        except error as exc:
-            self._failed("power", exc, index)
-
-        try:
-            return Card(
-                index=index,
-                uuid=uuid,
-                name=name,
-                memory_used=memory_used,
-                memory_total=memory_total,
-                utilization=utilization,
-                memory_utilization=memory_utilization,
-                temperature=temperature,
-                power=power,
-            )
+            return Card(index=index, uuid=uuid, **readings)
         except ValidationError as exc:
             # A value outside the payload's bounds (a 200-character UUID, a
             # negative reading from a broken binding) would otherwise be
             # rejected by the collector along with every other card.
             self._failed("card", exc, index)
             return None
+
+    def _identify(self, index: int) -> tuple[Any, str] | None:
+        """The card's handle and UUID, or None (counted) if it cannot be named."""
+        try:
+            handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        except self._error as exc:
+            self._failed("handle", exc, index)
+            return None
+        try:
+            uuid = _text(self._nvml.nvmlDeviceGetUUID(handle))
+        except self._error as exc:
+            self._failed("uuid", exc, index)
+            return None
+        if not uuid:
+            self._failed("uuid", ValueError("empty UUID"), index)
+            return None
+        return handle, uuid
+
+    def _read_name(self, handle: Any) -> _Readings:
+        return {"name": _text(self._nvml.nvmlDeviceGetName(handle))}
+
+    def _read_memory(self, handle: Any) -> _Readings:
+        # v1 on purpose: every driver has it. Its ``used`` is total - free
+        # and so includes memory the driver reserves for itself; the v2
+        # call (nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2),
+        # drivers >= R510) reports that part separately as ``reserved``.
+        memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        return {"memory_used": int(memory.used), "memory_total": int(memory.total)}
+
+    def _read_utilization(self, handle: Any) -> _Readings:
+        rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+        return {"utilization": float(rates.gpu), "memory_utilization": float(rates.memory)}
+
+    def _read_temperature(self, handle: Any) -> _Readings:
+        return {"temperature": self._temperature(handle)}
+
+    def _read_power(self, handle: Any) -> _Readings:
+        return {"power": int(self._nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0}  # mW -> W
+
+    _READINGS: ClassVar[tuple[tuple[str, Callable[[NvmlSampler, Any], _Readings]], ...]] = (
+        ("name", _read_name),
+        ("memory", _read_memory),
+        ("utilization", _read_utilization),
+        ("temperature", _read_temperature),
+        ("power", _read_power),
+    )
+    """The optional readings of a card, in call order: (error key, reader).
+
+    A reader that raises ``NVMLError`` costs only its own fields: they stay at
+    :class:`Card`'s defaults (None; ``""`` for the name).
+    """
 
     def _temperature(self, handle: Any) -> float:
         """GPU core temperature in °C, moving to the V call once if the old one is gone."""

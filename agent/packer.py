@@ -1,12 +1,11 @@
 """A writer of HAMi-core shared region files, for tests and the demo.
 
 The agent itself never writes a region (see :mod:`agent.hamicore`). This module
-exists so that the reader can be tested against files laid out exactly as the
-reference (``reference/hamicore-shared-region.md``) describes them, and so that
-the demo can show containers without a GPU. It is deliberately written
-independently of the reader: every offset below is copied from the reference
-tables, and the tests compare a few of them against the reference numbers
-directly, so a mistake here is not silently mirrored by the reader.
+exists so that the reader can be tested against files laid out as the reference
+(``reference/hamicore-shared-region.md``) describes them, and so that the demo
+can show containers without a GPU. Its offsets are the reader's own
+(:mod:`agent.region_layout`), which is why the tests check the bytes it writes
+against the reference's literal numbers rather than against the reader.
 
 All integers are little-endian, packed with explicit ``struct`` formats at
 explicit offsets into a zeroed buffer of the layout's total size plus one byte
@@ -24,129 +23,52 @@ import contextlib
 import dataclasses
 import mmap
 import os
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-MAGIC = 19920718
-"""``initialized_flag`` of an initialised region (0x012FF74E)."""
+from agent.region_layout import (
+    I32,
+    MAGIC,
+    MAX_DEVICES,
+    MAX_PROCS,
+    MEM,
+    OFFSETS,
+    PRE_V0_TOTAL,
+    U32,
+    U64,
+    UTIL,
+    UUID_LEN,
+    V0,
+    V1,
+    V281_TOTAL,
+    VERSIONS,
+    Offsets,
+    layout_for_size,
+    v1_name,
+)
+from agent.region_layout import LayoutName as Layout
 
-MAX_DEVICES = 16
-MAX_PROCS = 1024
-UUID_LEN = 96
+__all__ = [
+    "MAX_PROCS",
+    "V0",
+    "V1",
+    "BadKind",
+    "Layout",
+    "MemTuple",
+    "ProcSlot",
+    "RegionSpec",
+    "RegionUpdater",
+    "UtilTuple",
+    "bad_file",
+    "open_for_update",
+    "pack",
+    "write_bytes_atomic",
+    "write_region",
+]
 
-Layout = Literal["v0", "v1.1", "v1.2"]
 BadKind = Literal["pre_v0", "v281", "no_magic", "truncated", "unknown_version"]
-
-
-@dataclass(frozen=True, slots=True)
-class Offsets:
-    """Byte offsets of one layout, straight from the reference tables."""
-
-    # device_memory_t / device_util_t
-    mem_size: int
-    util_size: int
-    # process slot
-    slot_size: int
-    slot_pid: int
-    slot_hostpid: int
-    slot_used: int
-    slot_monitorused: int
-    slot_util: int
-    slot_status: int
-    slot_seqlock: int | None
-    # region
-    magic: int
-    major: int | None
-    minor: int | None
-    sm_init_flag: int
-    owner_pid: int
-    device_num: int
-    uuids: int
-    limit: int
-    sm_limit: int
-    procs: int
-    proc_num: int
-    utilization_switch: int
-    recent_kernel: int
-    priority: int
-    last_kernel_time: int | None
-    total: int
-
-
-V1 = Offsets(
-    mem_size=64,
-    util_size=48,
-    slot_size=1960,
-    slot_pid=0,
-    slot_hostpid=4,
-    slot_used=8,
-    slot_monitorused=1032,
-    slot_util=1160,
-    slot_status=1928,
-    slot_seqlock=1936,
-    magic=0,
-    major=4,
-    minor=8,
-    sm_init_flag=12,
-    owner_pid=16,
-    device_num=56,
-    uuids=64,
-    limit=1600,
-    sm_limit=1728,
-    procs=1856,
-    proc_num=2008896,
-    utilization_switch=2008900,
-    recent_kernel=2008904,
-    priority=2008908,
-    last_kernel_time=2008912,
-    total=2008952,
-)
-
-V0 = Offsets(
-    mem_size=40,
-    util_size=24,
-    slot_size=1168,
-    slot_pid=0,
-    slot_hostpid=4,
-    slot_used=8,
-    slot_monitorused=648,
-    slot_util=776,
-    slot_status=1160,
-    slot_seqlock=None,
-    magic=0,
-    major=None,
-    minor=None,
-    sm_init_flag=4,
-    owner_pid=8,
-    device_num=48,
-    uuids=56,
-    limit=1592,
-    sm_limit=1720,
-    procs=1848,
-    proc_num=1197880,
-    utilization_switch=1197884,
-    recent_kernel=1197888,
-    priority=1197892,
-    last_kernel_time=None,
-    total=1197896,
-)
-
-OFFSETS: dict[Layout, Offsets] = {"v0": V0, "v1.1": V1, "v1.2": V1}
-VERSIONS: dict[Layout, tuple[int, int] | None] = {"v0": None, "v1.1": (1, 1), "v1.2": (1, 2)}
-
-PRE_V0_FILE_SIZE = 804_681
-"""Pre-v0 region file on disk (struct of 804,680 bytes + 1): no device_util."""
-V281_TOTAL = 2_008_984
-"""``sizeof(shared_region_t)`` of HAMi v2.8.1's intermediate v1.1; the file is one byte more."""
-
-_U64 = struct.Struct("<Q")
-_I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
-_MEM = struct.Struct("<QQQQQ")  # context, module, data, offset, total
-_UTIL = struct.Struct("<QQQ")  # dec, enc, sm
 
 MemTuple = tuple[int, int, int, int, int]
 UtilTuple = tuple[int, int, int]
@@ -195,27 +117,35 @@ class RegionSpec:
     """Raw bytes to place at absolute offsets after everything else (for odd cases)."""
 
 
-def _encode_uuid(uuid: str) -> bytes:
-    raw = uuid.encode("ascii")
-    if len(raw) > UUID_LEN:
-        raise ValueError(f"uuid longer than {UUID_LEN} bytes: {uuid!r}")
-    return raw
+def _put_uuids(buf: bytearray, at: int, uuids: Sequence[str]) -> None:
+    """Write each uuid into its 96-byte field from ``at`` on (NUL-padded by the zeroed buffer)."""
+    for i, uuid in enumerate(uuids):
+        raw = uuid.encode("ascii")
+        if len(raw) > UUID_LEN:
+            raise ValueError(f"uuid longer than {UUID_LEN} bytes: {uuid!r}")
+        buf[at + i * UUID_LEN : at + i * UUID_LEN + len(raw)] = raw
+
+
+def _put_version(buf: bytearray, off: Offsets, version: tuple[int, int] | None) -> None:
+    if off.major is not None and off.minor is not None and version is not None:
+        U32.pack_into(buf, off.major, version[0])
+        U32.pack_into(buf, off.minor, version[1])
 
 
 def _pack_slot(buf: bytearray | mmap.mmap, base: int, off: Offsets, slot: ProcSlot) -> None:
     if len(slot.used) > MAX_DEVICES or len(slot.device_util) > MAX_DEVICES:
         raise ValueError("more than 16 devices in a slot")
-    _I32.pack_into(buf, base + off.slot_pid, slot.pid)
-    _I32.pack_into(buf, base + off.slot_hostpid, slot.hostpid)
+    I32.pack_into(buf, base + off.slot_pid, slot.pid)
+    I32.pack_into(buf, base + off.slot_hostpid, slot.hostpid)
     for i, mem in enumerate(slot.used):
-        _MEM.pack_into(buf, base + off.slot_used + i * off.mem_size, *mem)
+        MEM.pack_into(buf, base + off.slot_used + i * off.mem_size, *mem)
     for i, value in enumerate(slot.monitorused):
-        _U64.pack_into(buf, base + off.slot_monitorused + 8 * i, value)
+        U64.pack_into(buf, base + off.slot_monitorused + 8 * i, value)
     for i, util in enumerate(slot.device_util):
-        _UTIL.pack_into(buf, base + off.slot_util + i * off.util_size, *util)
-    _I32.pack_into(buf, base + off.slot_status, slot.status)
+        UTIL.pack_into(buf, base + off.slot_util + i * off.util_size, *util)
+    I32.pack_into(buf, base + off.slot_status, slot.status)
     if off.slot_seqlock is not None:
-        _U64.pack_into(buf, base + off.slot_seqlock, slot.seqlock)
+        U64.pack_into(buf, base + off.slot_seqlock, slot.seqlock)
 
 
 def pack(spec: RegionSpec) -> bytes:
@@ -224,31 +154,26 @@ def pack(spec: RegionSpec) -> bytes:
     if len(spec.uuids) > MAX_DEVICES or len(spec.procs) > MAX_PROCS:
         raise ValueError("more than 16 devices or 1024 processes")
     buf = bytearray(off.total + 1)
-    _I32.pack_into(buf, off.magic, spec.magic)
-    version = spec.version or VERSIONS[spec.layout]
-    if off.major is not None and off.minor is not None and version is not None:
-        _U32.pack_into(buf, off.major, version[0])
-        _U32.pack_into(buf, off.minor, version[1])
-    _I32.pack_into(buf, off.sm_init_flag, spec.sm_init_flag)
-    _U64.pack_into(buf, off.owner_pid, spec.owner_pid)
+    I32.pack_into(buf, off.magic, spec.magic)
+    _put_version(buf, off, spec.version or VERSIONS[spec.layout])
+    I32.pack_into(buf, off.sm_init_flag, spec.sm_init_flag)
+    U64.pack_into(buf, off.owner_pid, spec.owner_pid)
     device_num = len(spec.uuids) if spec.device_num is None else spec.device_num
-    _U64.pack_into(buf, off.device_num, device_num)
-    for i, uuid in enumerate(spec.uuids):
-        raw = _encode_uuid(uuid)
-        buf[off.uuids + i * UUID_LEN : off.uuids + i * UUID_LEN + len(raw)] = raw
+    U64.pack_into(buf, off.device_num, device_num)
+    _put_uuids(buf, off.uuids, spec.uuids)
     for i, limit in enumerate(spec.limits):
-        _U64.pack_into(buf, off.limit + 8 * i, limit)
+        U64.pack_into(buf, off.limit + 8 * i, limit)
     for i, sm_limit in enumerate(spec.sm_limits):
-        _U64.pack_into(buf, off.sm_limit + 8 * i, sm_limit)
+        U64.pack_into(buf, off.sm_limit + 8 * i, sm_limit)
     for s, slot in enumerate(spec.procs):
         _pack_slot(buf, off.procs + s * off.slot_size, off, slot)
     proc_num = len(spec.procs) if spec.proc_num is None else spec.proc_num
-    _I32.pack_into(buf, off.proc_num, proc_num)
-    _I32.pack_into(buf, off.utilization_switch, spec.utilization_switch)
-    _I32.pack_into(buf, off.recent_kernel, spec.recent_kernel)
-    _I32.pack_into(buf, off.priority, spec.priority)
+    I32.pack_into(buf, off.proc_num, proc_num)
+    I32.pack_into(buf, off.utilization_switch, spec.utilization_switch)
+    I32.pack_into(buf, off.recent_kernel, spec.recent_kernel)
+    I32.pack_into(buf, off.priority, spec.priority)
     if off.last_kernel_time is not None:
-        _U64.pack_into(buf, off.last_kernel_time, spec.last_kernel_time)
+        U64.pack_into(buf, off.last_kernel_time, spec.last_kernel_time)
     for at, raw in spec.extra.items():
         buf[at : at + len(raw)] = raw
     return bytes(buf)
@@ -268,24 +193,18 @@ def bad_file(kind: BadKind, spec: RegionSpec | None = None, *, size: int | None 
     """
     spec = spec or RegionSpec(uuids=["GPU-bad"], limits=[1 << 30])
     if kind == "pre_v0":
-        buf = bytearray(PRE_V0_FILE_SIZE)
-        _I32.pack_into(buf, 0, MAGIC)
-        _U64.pack_into(buf, V0.device_num, len(spec.uuids))
-        for i, uuid in enumerate(spec.uuids):
-            raw = _encode_uuid(uuid)
-            buf[V0.uuids + i * UUID_LEN : V0.uuids + i * UUID_LEN + len(raw)] = raw
+        buf = bytearray(PRE_V0_TOTAL + 1)
+        I32.pack_into(buf, V0.magic, MAGIC)
+        U64.pack_into(buf, V0.device_num, len(spec.uuids))
+        _put_uuids(buf, V0.uuids, spec.uuids)
         return bytes(buf)
     if kind == "v281":
         buf = bytearray(V281_TOTAL + 1)
-        _I32.pack_into(buf, 0, MAGIC)
-        _U32.pack_into(buf, 4, 1)
-        _U32.pack_into(buf, 8, 1)
+        I32.pack_into(buf, V1.magic, MAGIC)
+        _put_version(buf, V1, (1, 1))
         shifted = 32  # sem_postinit (32 B) sits after sem, pushing device_num and uuids down
-        _U64.pack_into(buf, V1.device_num + shifted, len(spec.uuids))
-        for i, uuid in enumerate(spec.uuids):
-            raw = _encode_uuid(uuid)
-            at = V1.uuids + shifted + i * UUID_LEN
-            buf[at : at + len(raw)] = raw
+        U64.pack_into(buf, V1.device_num + shifted, len(spec.uuids))
+        _put_uuids(buf, V1.uuids + shifted, spec.uuids)
         return bytes(buf)
     if kind == "no_magic":
         return pack(dataclasses.replace(spec, magic=0))
@@ -339,7 +258,7 @@ class RegionUpdater:
         """The slot's current seqlock value (0 for layouts without one)."""
         if self.offsets.slot_seqlock is None:
             return 0
-        value: int = _U64.unpack_from(self._mm, self._slot_base(index) + self.offsets.slot_seqlock)[
+        value: int = U64.unpack_from(self._mm, self._slot_base(index) + self.offsets.slot_seqlock)[
             0
         ]
         return value
@@ -348,7 +267,7 @@ class RegionUpdater:
         """Force the slot's seqlock (e.g. odd forever, as a writer that died mid-update leaves it)."""
         if self.offsets.slot_seqlock is None:
             raise ValueError(f"layout {self.layout} has no seqlock")
-        _U64.pack_into(self._mm, self._slot_base(index) + self.offsets.slot_seqlock, value)
+        U64.pack_into(self._mm, self._slot_base(index) + self.offsets.slot_seqlock, value)
 
     @contextlib.contextmanager
     def locked(self, index: int) -> Iterator[None]:
@@ -386,37 +305,36 @@ class RegionUpdater:
         step = pause or (lambda: None)
         with self.locked(index) if lock else contextlib.nullcontext():
             if pid is not None:
-                _I32.pack_into(self._mm, base + off.slot_pid, pid)
+                I32.pack_into(self._mm, base + off.slot_pid, pid)
                 step()
             for i, mem in enumerate(used or ()):
                 for k, value in enumerate(mem):
-                    _U64.pack_into(self._mm, base + off.slot_used + i * off.mem_size + 8 * k, value)
+                    U64.pack_into(self._mm, base + off.slot_used + i * off.mem_size + 8 * k, value)
                     step()
             for i, util in enumerate(device_util or ()):
                 for k, value in enumerate(util):
-                    _U64.pack_into(
-                        self._mm, base + off.slot_util + i * off.util_size + 8 * k, value
-                    )
+                    U64.pack_into(self._mm, base + off.slot_util + i * off.util_size + 8 * k, value)
                     step()
             if status is not None:
-                _I32.pack_into(self._mm, base + off.slot_status, status)
+                I32.pack_into(self._mm, base + off.slot_status, status)
 
     def set_proc_num(self, value: int) -> None:
-        _I32.pack_into(self._mm, self.offsets.proc_num, value)
+        I32.pack_into(self._mm, self.offsets.proc_num, value)
 
     def set_last_kernel_time(self, value: int) -> None:
         if self.offsets.last_kernel_time is None:
             raise ValueError("v0 has no last_kernel_time")
-        _U64.pack_into(self._mm, self.offsets.last_kernel_time, value)
+        U64.pack_into(self._mm, self.offsets.last_kernel_time, value)
 
 
 def _layout_of(mm: mmap.mmap) -> Layout:
-    if len(mm) < V0.total:
+    off = layout_for_size(len(mm))
+    if off is None:
         raise ValueError("file too short for any known layout")
-    if len(mm) < V1.total:
+    if off.minor is None:
         return "v0"
-    minor = _U32.unpack_from(mm, 8)[0]  # V1.minor
-    return "v1.2" if minor == 2 else "v1.1"
+    minor: int = U32.unpack_from(mm, off.minor)[0]
+    return v1_name(minor)
 
 
 @contextlib.contextmanager

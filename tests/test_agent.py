@@ -16,10 +16,10 @@ from helpers import eventually, free_port
 
 from agent.app import Sampler, regions
 from agent.fakenvml import FakeNvml
-from agent.hamicore import scan
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
 from agent.push import Backlog, Pusher, Queued
+from agent.region_scan import scan
 from core.payload import Payload
 
 GIB = 1 << 30

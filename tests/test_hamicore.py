@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from agent import hamicore, packer
-from agent.hamicore import DeviceUsage, RegionError, read_region, scan
+from agent.hamicore import DeviceUsage, RegionError, read_region
 from agent.packer import ProcSlot, RegionSpec, bad_file, open_for_update, pack, write_region
+from agent.region_scan import scan
 from core.payload import Device
 
 GiB = 1 << 30
