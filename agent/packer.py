@@ -1,8 +1,8 @@
 """A writer of HAMi-core shared region files, for tests and the demo.
 
 The agent itself never writes a region (see :mod:`agent.hamicore`). This module
-exists so that the reader can be tested against files laid out as the reference
-(``reference/hamicore-shared-region.md``) describes them, and so that the demo
+exists so that the reader can be tested against files laid out as HAMi-core
+lays them out (docs/agent.md), and so that the demo
 can show containers without a GPU. Its offsets are the reader's own
 (:mod:`agent.region_layout`), which is why the tests check the bytes it writes
 against the reference's literal numbers rather than against the reader.

@@ -1,7 +1,7 @@
 """The byte layout of HAMi-core's shared region: offsets, struct formats, layout by size.
 
-Every offset is copied from the reference tables
-(``reference/hamicore-shared-region.md``) into one :class:`Offsets` per layout:
+Every offset is HAMi-core's C struct as compiled on x86-64 (docs/agent.md
+describes the layouts), kept in one :class:`Offsets` per layout:
 :data:`V0`, and :data:`V1` for both v1.1 and v1.2 (v1.2 only starts using the
 slot seqlock). The reader (:mod:`agent.hamicore`) and the writer for tests
 (:mod:`agent.packer`) both take their offsets from here, so a number exists
