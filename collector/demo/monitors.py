@@ -1,6 +1,6 @@
 """Serve simulated node monitors over real HTTP on loopback, with injectable faults.
 
-:class:`MonitorFarm` gives every :class:`~collector.demo.simulator.SimulatedNode`
+:class:`MonitorFarm` gives every :class:`~collector.demo.node.SimulatedNode`
 its own loopback address (``127.1.0.1``, ``127.1.0.2``, …) and serves its
 exposition on ``/metrics`` exactly as the real monitor would (promhttp's
 Content-Type, gzip when the client accepts it). Faults can be switched on per
@@ -24,7 +24,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from collector.demo.simulator import SimulatedNode
+from collector.demo.node import SimulatedNode
 from core.content import TEXT_CONTENT_TYPE
 
 __all__ = [
