@@ -22,13 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.demo.cluster import build_cluster
 from collector.demo.devices import Allocation, Card, MigSlice
 from collector.demo.families import BUILD_INFO, MONITOR_METRICS, MONITORS
-from collector.demo.monitors import (
-    FAULTS,
-    MonitorFarm,
-    build_gzip_bomb,
-    crc32_combine,
-    loopback_address,
-)
+from collector.demo.faults import FAULTS
+from collector.demo.gzipbomb import build_gzip_bomb, crc32_combine
+from collector.demo.monitors import MonitorFarm, loopback_address
 from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
 from collector.demo.textformat import go_float
 from core.content import TEXT_CONTENT_TYPE
