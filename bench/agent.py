@@ -42,7 +42,7 @@ from agent.fakenvml import FakeNvml
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
 from bench.push import cpu_seconds, free_port, memory_mib
-from collector.demo.simulator import build_cluster
+from collector.demo.cluster import build_cluster
 
 CARDS = 8
 REGIONS = 64

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collector.batch import Batch, Source
+from collector.demo.cluster import build_cluster
+from collector.demo.node import SimulatedNode
 from collector.demo.run import collector_flavour
-from collector.demo.simulator import SimulatedNode, build_cluster
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.store import Store

@@ -34,7 +34,7 @@ than rates per wall-clock second; the load average at the start is reported.
 
 Peer, in this process and the same run: the pull path for the same node, a
 HAMi v2.10 monitor body of 8 cards and 32 vGPU allocations
-(:func:`collector.demo.simulator.build_cluster`), through the collector's
+(:func:`collector.demo.cluster.build_cluster`), through the collector's
 :class:`Normaliser` and ``Store.put``; and the push path's in-process work
 (gunzip, validate, ``to_batch``, ``Store.put``, self-metrics) on the very
 bodies sent, so push vs pull CPU per node-snapshot is compared like for like,
@@ -64,7 +64,7 @@ from typing import Any
 import aiohttp
 
 from collector.batch import Source
-from collector.demo.simulator import build_cluster
+from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics

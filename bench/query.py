@@ -87,7 +87,7 @@ from bench.cluster import ROOT
 from bench.push import cpu_seconds, free_port, memory_mib, percentile, stop
 from collector.app import SETTINGS, STORE, build_app
 from collector.batch import Source
-from collector.demo.simulator import build_cluster
+from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
 from collector.promql.evaluate import RangeSeries, Sample, instant_query, range_query
 from collector.schema import SourceKind
@@ -97,7 +97,8 @@ from collector.tsdb.history import History
 
 NODES = 1000
 SEED = 1
-FLAVOURS: tuple[str, ...] = ("hami",)
+MONITORS: tuple[str, ...] = ("hami",)
+"""The monitor versions the benchmark's simulated nodes run (see collector.demo.families)."""
 SPAN = 3600.0
 """Seconds of history filled: one hour."""
 STEP = 60.0
@@ -143,7 +144,7 @@ def render(nodes: int, first: int, last: int, start: float, rounds: int) -> None
 
     Each round: ``<I`` count, ``count`` x ``<I`` body lengths, then the bodies.
     """
-    cluster = build_cluster(nodes, seed=SEED, flavours=FLAVOURS, start_time=start)[first:last]
+    cluster = build_cluster(nodes, seed=SEED, flavours=MONITORS, start_time=start)[first:last]
     out = sys.stdout.buffer
     try:
         for k in range(rounds):
@@ -213,7 +214,7 @@ class Fill:
 
 def fill(store: Store, nodes: int, start: float) -> Fill:
     """Put :data:`ROUNDS` rounds of every node into ``store``, sampled at ``start + k * STEP``."""
-    names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=FLAVOURS, start_time=start)]
+    names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=MONITORS, start_time=start)]
     sources = [Source(f"uid-{n}", f"monitors/{n}:9394", n, SourceKind.HAMI, 1) for n in names]
     normalisers = [Normaliser(n) for n in names]
     cuts = [nodes * i // RENDERERS for i in range(RENDERERS + 1)]

@@ -22,10 +22,11 @@ from fakekube import JSON, FakeKube, make_pod
 from helpers import eventually, running_collector
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+from oracle import expected_canonical
 
 from collector.app import SCRAPER, STORE
+from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
-from collector.demo.simulator import build_cluster
 from collector.exposition.parse import parse
 from collector.schema import Flavour
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts, pod_target
@@ -593,7 +594,7 @@ async def test_end_to_end_node_labels_come_from_the_pods(
                 """/metrics holds exactly these farm nodes' series, under their pods' nodes."""
                 now = time.time()
                 want = {
-                    k8s: relabelled(set(farm.node(name).expected_canonical(now)), k8s)
+                    k8s: relabelled(set(expected_canonical(farm.node(name), now)), k8s)
                     for name, k8s in nodes.items()
                 }
                 return await page() == want

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from helpers import eventually, prometheus_tool, real_prometheus, running_collector
 
+from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
-from collector.demo.simulator import build_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "hami-usage.json"

@@ -13,10 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 from helpers import eventually, prometheus_tool, real_prometheus, running_collector
+from oracle import expected_canonical
 
+from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import write_targets
-from collector.demo.simulator import build_cluster
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ async def test_prometheus_scrapes_every_node_once(
             )
             per_node = Counter(s["metric"]["node"] for s in series)
             expected = {
-                name: len(farm.node(name).expected_canonical(now)) for name, _, _ in farm.targets()
+                name: len(expected_canonical(farm.node(name), now)) for name, _, _ in farm.targets()
             }
             assert dict(per_node) == expected
             identities = [tuple(sorted(s["metric"].items())) for s in series]

@@ -12,13 +12,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 from helpers import eventually, running_collector
+from oracle import SeriesKey, expected_canonical
 
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
 from collector.demo.agents import SimulatedDirectory, fake_nvml, write_regions
+from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
+from collector.demo.node import SimulatedNode
 from collector.demo.run import write_targets
-from collector.demo.simulator import SeriesKey, SimulatedNode, build_cluster
 from collector.exposition.parse import parse, parse_series
 from collector.schema import VGPU_FAMILIES
 from collector.sources.pods import PodRef, StaticDirectory
@@ -50,7 +52,7 @@ def canonical(series: dict[bytes, float], node: str) -> dict[SeriesKey, float]:
 
 
 def expected(node: SimulatedNode, now: float) -> dict[SeriesKey, float]:
-    return {k: v for k, v in node.expected_canonical(now).items() if k[0] not in NOT_FROM_AGENTS}
+    return {k: v for k, v in expected_canonical(node, now).items() if k[0] not in NOT_FROM_AGENTS}
 
 
 @pytest.mark.parametrize("dra", [False, True])

@@ -21,15 +21,12 @@ from helpers import eventually, free_port
 
 from collector.app import STORE, build_app
 from collector.batch import Source
+from collector.demo.cluster import build_cluster
+from collector.demo.devices import Allocation
+from collector.demo.families import MONITORS
 from collector.demo.monitors import MonitorFarm
+from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
 from collector.demo.run import collector_flavour, write_targets
-from collector.demo.simulator import (
-    FLAVOURS,
-    WEIRD_SUFFIX,
-    Allocation,
-    SimulatedNode,
-    build_cluster,
-)
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
@@ -48,7 +45,7 @@ Client = TestClient[web.Request, web.Application]
 
 def simulated(count: int = 4, seed: int = 7) -> list[SimulatedNode]:
     """One node per flavour (hami, hami-legacy, volcano, kai), readings at NOW."""
-    nodes = build_cluster(count, seed=seed, flavours=FLAVOURS, start_time=NOW - 600)
+    nodes = build_cluster(count, seed=seed, flavours=MONITORS, start_time=NOW - 600)
     for node in nodes:
         node.step(NOW)
     return nodes

@@ -12,10 +12,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 from helpers import eventually, running_collector
+from oracle import expected_canonical
 
+from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.demo.run import collector_flavour, write_targets
-from collector.demo.simulator import build_cluster
 from collector.exposition.parse import parse
 
 FAULTS = ("malformed", "html", "500", "timeout", "drip", "oversized", "gzip_bomb")
@@ -81,7 +82,7 @@ async def test_each_fault_fails_only_its_own_target(tmp_path: Path) -> None:
         now = time.time()
         for name in (healthy, weird):
             node = farm.node(name)
-            assert set(result[name]) == set(node.expected_canonical(now)), name
+            assert set(result[name]) == set(expected_canonical(node, now)), name
             assert up(result[""], name) == 1
         for name in faulty:
             assert name not in result, f"{farm.fault(name)} must not produce data"

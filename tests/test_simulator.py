@@ -1,4 +1,4 @@
-"""Tests of the monitor simulator (collector.demo.simulator) and its HTTP farm (collector.demo.monitors)."""
+"""Tests of the monitor simulator (collector.demo: cluster, node, expositions), its HTTP farm and the oracle."""
 
 from __future__ import annotations
 
@@ -16,28 +16,17 @@ import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle import SeriesKey, expected_canonical
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.demo.monitors import (
-    FAULTS,
-    MonitorFarm,
-    build_gzip_bomb,
-    crc32_combine,
-    loopback_address,
-)
-from collector.demo.simulator import (
-    BUILD_INFO,
-    FLAVOURS,
-    MONITOR_METRICS,
-    WEIRD_SUFFIX,
-    Allocation,
-    Card,
-    MigSlice,
-    SeriesKey,
-    SimulatedNode,
-    build_cluster,
-    go_float,
-)
+from collector.demo.cluster import build_cluster
+from collector.demo.devices import Allocation, Card, MigSlice
+from collector.demo.families import BUILD_INFO, MONITOR_METRICS, MONITORS
+from collector.demo.faults import FAULTS
+from collector.demo.gzipbomb import build_gzip_bomb, crc32_combine
+from collector.demo.monitors import MonitorFarm, loopback_address
+from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
+from collector.demo.textformat import go_float
 from core.content import TEXT_CONTENT_TYPE
 
 NOW = 1_800_000_000.0
@@ -273,7 +262,7 @@ GOLDEN["hami-legacy"] = (
 )
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("flavour", MONITORS)
 def test_exposition_is_byte_exact(flavour: str) -> None:
     assert tiny_node(flavour).exposition(NOW).decode() == GOLDEN[flavour]
 
@@ -378,7 +367,7 @@ def cluster() -> list[SimulatedNode]:
     return nodes
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("flavour", MONITORS)
 def test_default_exposition_parses_with_the_reference_names_and_labels(
     cluster: list[SimulatedNode], flavour: str
 ) -> None:
@@ -451,7 +440,7 @@ def test_last_kernel_series_only_once_a_kernel_ran() -> None:
     node.allocations[0].last_kernel_time = None
     assert b"last_kernel" not in node.exposition(NOW)
     assert not any(
-        name.endswith("last_kernel_elapsed_seconds") for name, _ in node.expected_canonical(NOW)
+        name.endswith("last_kernel_elapsed_seconds") for name, _ in expected_canonical(node, NOW)
     )
     node.allocations[0].last_kernel_time = int(NOW) - 5
     assert b"} 5\n" in node.exposition(NOW + 0.9)
@@ -461,18 +450,18 @@ def test_last_kernel_series_only_once_a_kernel_ran() -> None:
 def test_kai_reports_only_annotated_pods() -> None:
     node = tiny_node("kai", annotated=False)
     assert b"hami_vgpu_memory_used_bytes" not in node.exposition(NOW)
-    assert all(name.startswith("hami_host_") for name, _ in node.expected_canonical(NOW))
+    assert all(name.startswith("hami_host_") for name, _ in expected_canonical(node, NOW))
     for flavour in ("hami", "volcano", "hami-legacy"):
         assert b"vgpu-share" in tiny_node(flavour, annotated=False).exposition(NOW)
 
 
 def test_mig_info_only_in_hami() -> None:
     mig = MigSlice("MIG-4a1e3c2b-7f9d-5e6a-8b0c-1d2e3f4a5b6c", "1g.18gb", 9, 0)
-    for flavour in FLAVOURS:
+    for flavour in MONITORS:
         node = tiny_node(flavour)
         node.allocations[0].mig = mig
         text = node.exposition(NOW).decode()
-        canonical = node.expected_canonical(NOW)
+        canonical = expected_canonical(node, NOW)
         if flavour == "hami":
             assert (
                 'hami_mig_device_info{compute_instance_id="0",container="cuda",'
@@ -543,7 +532,7 @@ def test_oracle_agrees_with_an_independent_normalisation(
     for node in cluster:
         node.weird_labels = weird
         try:
-            expected = node.expected_canonical(NOW)
+            expected = expected_canonical(node, NOW)
             got = reference_normalise(node.exposition(NOW).decode(), node.name)
         finally:
             node.weird_labels = False
@@ -552,7 +541,7 @@ def test_oracle_agrees_with_an_independent_normalisation(
 
 def test_oracle_shape(cluster: list[SimulatedNode]) -> None:
     for node in cluster:
-        canonical = node.expected_canonical(NOW)
+        canonical = expected_canonical(node, NOW)
         assert canonical
         for name, labels in canonical:
             label_map = dict(labels)
@@ -569,7 +558,7 @@ def test_oracle_shape(cluster: list[SimulatedNode]) -> None:
 def test_default_hami_node_has_248_series_plus_build_info() -> None:
     node = build_cluster(1, start_time=NOW)[0]
     assert node.flavour == "hami"
-    canonical = node.expected_canonical(NOW)
+    canonical = expected_canonical(node, NOW)
     names = [name for name, _ in canonical]
     assert len(canonical) == 249
     assert names.count("hami_build_info") == 1
@@ -578,12 +567,12 @@ def test_default_hami_node_has_248_series_plus_build_info() -> None:
     assert build == {**BUILD_INFO, "node": "gpu-node-001"}
     for now in (NOW + 61, NOW + 3600, NOW + 7200):
         node.step(now)
-        assert len(node.expected_canonical(now)) == 249
+        assert len(expected_canonical(node, now)) == 249
 
 
 def test_per_flavour_counts() -> None:
     nodes = build_cluster(4, seed=11, start_time=NOW)
-    counts = {node.flavour: len(node.expected_canonical(NOW)) for node in nodes}
+    counts = {node.flavour: len(expected_canonical(node, NOW)) for node in nodes}
     assert counts["hami"] == 249
     assert counts["hami-legacy"] == counts["volcano"] == 8 * 2 + 28 * 8
     kai = next(node for node in nodes if node.flavour == "kai")
@@ -662,7 +651,7 @@ def test_step_drifts_churns_and_stays_bounded() -> None:
         seen_values.add(node.allocations[0].used)
     assert node.exposition(NOW + 60 * 240) != before
     assert {a.pod_uid for a in node.allocations} != pods_at_start  # some pods ended, others began
-    assert len(node.expected_canonical(NOW + 60 * 240)) == 249
+    assert len(expected_canonical(node, NOW + 60 * 240)) == 249
 
 
 # --------------------------------------------------------------------------
@@ -930,6 +919,6 @@ async def test_fault_weird_labels(farm: MonitorFarm) -> None:
     assert pods
     assert all(pod.endswith(WEIRD_SUFFIX) for pod in pods)
     node = farm.node(name)
-    assert reference_normalise(body, name) == node.expected_canonical(NOW)
+    assert reference_normalise(body, name) == expected_canonical(node, NOW)
     farm.set_fault(name, None)
     assert not node.weird_labels

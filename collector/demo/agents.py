@@ -13,7 +13,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from agent.simulated import FakeCard, FakeNvml, ProcSlot, RegionSpec, run_simulated, write_region
-from collector.demo.simulator import Allocation, SimulatedNode
+from collector.demo.devices import Allocation
+from collector.demo.node import SimulatedNode
 from collector.sources.pods import Claim, PodRef, StaticDirectory
 
 REGION_FILE = "region.cache"

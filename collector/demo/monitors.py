@@ -1,12 +1,12 @@
 """Serve simulated node monitors over real HTTP on loopback, with injectable faults.
 
-:class:`MonitorFarm` gives every :class:`~collector.demo.simulator.SimulatedNode`
+:class:`MonitorFarm` gives every :class:`~collector.demo.node.SimulatedNode`
 its own loopback address (``127.1.0.1``, ``127.1.0.2``, …) and serves its
 exposition on ``/metrics`` exactly as the real monitor would (promhttp's
 Content-Type, gzip when the client accepts it). Faults can be switched on per
-node to exercise a scraper: errors, stalls, drips, oversized bodies, a gzip
-bomb, broken or awkward text. Every wait is bounded and :meth:`MonitorFarm.stop`
-leaves no task behind.
+node to exercise a scraper (:data:`~collector.demo.faults.FAULTS`): errors,
+stalls, drips, oversized bodies, a gzip bomb, broken or awkward text. Every
+wait is bounded and :meth:`MonitorFarm.stop` leaves no task behind.
 """
 
 from __future__ import annotations
@@ -15,80 +15,28 @@ import asyncio
 import gzip
 import math
 import socket
-import struct
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from aiohttp import web
 
-from collector.demo.simulator import SimulatedNode
-from core.content import TEXT_CONTENT_TYPE
-
-__all__ = [
-    "FAULTS",
-    "MAX_STALL_S",
-    "GzipBomb",
-    "MonitorFarm",
-    "build_gzip_bomb",
-    "crc32_combine",
-    "loopback_address",
-]
-
-FAULTS: tuple[str, ...] = (
-    "flaky",
-    "500",
-    "html",
-    "malformed",
-    "timeout",
-    "drip",
-    "oversized",
-    "gzip_bomb",
-    "weird_labels",
+from collector.demo.faults import (
+    FAULTS,
+    HTML_PAGE,
+    MAX_STALL_S,
+    drip,
+    filler_line,
+    stream_oversized,
+    with_broken_line,
 )
-"""Faults :meth:`MonitorFarm.set_fault` accepts.
-
-``flaky``        every 3rd request (counted from set_fault) answers 500, every
-                 5th stalls for ``stall_s`` before answering normally
-``500``          every request answers 500
-``html``         200 with an HTML error page (``text/html``)
-``malformed``    a valid body with one broken line in the middle
-``timeout``      stalls for ``stall_s`` (at most 60 s), then answers normally
-``drip``         sends the body one byte per ``drip_interval_s`` (for at most
-                 ``drip_max_s``, then the rest at once)
-``oversized``    an endless-looking stream of valid lines, ``oversized_bytes`` long,
-                 generated chunk by chunk
-``gzip_bomb``    ``Content-Encoding: gzip`` whose payload expands to
-                 ``bomb_bytes`` (> 1 GiB by default) of valid-looking lines
-``weird_labels`` valid body whose namespace/pod/container values hold quotes,
-                 backslashes, newlines, braces, commas, '=' and UTF-8
-"""
-
-MAX_STALL_S = 60.0
-"""Upper bound of every deliberate stall."""
+from collector.demo.gzipbomb import GzipBomb, build_gzip_bomb
+from collector.demo.node import SimulatedNode
+from core.content import TEXT_CONTENT_TYPE
 
 MIB = 1 << 20
 GIB = 1 << 30
-
-_HTML_PAGE = (
-    b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n"
-    b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body>\n"
-    b"</html>\n"
-)
-_BROKEN_LINE = b'hami_vgpu_memory_used_bytes{namespace="team-a",pod="broken" 12 oops'
-_FILLER_FAMILY = "hami_vgpu_memory_used_bytes"
-_FILLER_HEAD = (
-    f"# HELP {_FILLER_FAMILY} vGPU device memory usage in bytes\n# TYPE {_FILLER_FAMILY} gauge\n"
-).encode()
-
-
-def _filler_line(pod: str) -> bytes:
-    return (
-        f'{_FILLER_FAMILY}{{container="cuda",device_uuid="GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec",'
-        f'namespace="filler",pod="{pod}",vdevice_index="0",zone="vGPU"}} 2.097152e+10\n'
-    ).encode()
 
 
 def loopback_address(position: int) -> str:
@@ -103,117 +51,6 @@ def loopback_address(position: int) -> str:
     if second > 254:
         raise ValueError(f"no loopback address left for position {position}")
     return f"127.{second}.{block % 256}.{offset + 1}"
-
-
-# --------------------------------------------------------------------------
-# A gzip bomb, built in bounded time and memory
-# --------------------------------------------------------------------------
-
-
-def _gf2_times(matrix: Sequence[int], vector: int) -> int:
-    total = 0
-    row = 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[row]
-        vector >>= 1
-        row += 1
-    return total
-
-
-def _gf2_square(matrix: Sequence[int]) -> list[int]:
-    return [_gf2_times(matrix, matrix[row]) for row in range(32)]
-
-
-def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
-    """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's algorithm)."""
-    if length2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << bit for bit in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)
-        if length2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        length2 >>= 1
-        if not length2:
-            break
-        odd = _gf2_square(even)
-        if length2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        length2 >>= 1
-        if not length2:
-            break
-    return crc1 ^ crc2
-
-
-def _crc32_repeated(chunk_crc: int, chunk_length: int, times: int) -> int:
-    """CRC-32 of a chunk repeated ``times`` times, by doubling."""
-    result = 0
-    power_crc, power_length = chunk_crc, chunk_length
-    while times:
-        if times & 1:
-            result = crc32_combine(result, power_crc, power_length)
-        times >>= 1
-        if times:
-            power_crc = crc32_combine(power_crc, power_crc, power_length)
-            power_length *= 2
-    return result
-
-
-def _independent_deflate(data: bytes) -> bytes:
-    """Raw deflate blocks for ``data`` that reference nothing outside themselves.
-
-    A fresh compressor has no history, and the full flush ends byte-aligned
-    without a final block, so copies of the result can be concatenated.
-    """
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-    return compressor.compress(data) + compressor.flush(zlib.Z_FULL_FLUSH)
-
-
-@dataclass(frozen=True, slots=True)
-class GzipBomb:
-    """A gzip member and the size it expands to."""
-
-    body: bytes
-    expanded_size: int
-
-
-def build_gzip_bomb(expanded_bytes: int, chunk_bytes: int = MIB) -> GzipBomb:
-    """A valid gzip member expanding to at least ``expanded_bytes`` of exposition lines.
-
-    One chunk of lines is deflated once and its blocks repeated; the CRC of the
-    whole is combined arithmetically, so building a 1 GiB bomb takes
-    milliseconds and about 1 MiB.
-    """
-    line = _filler_line("bomb-000000")
-    chunk = line * max(1, chunk_bytes // len(line))
-    repeats = max(1, math.ceil(max(expanded_bytes - len(_FILLER_HEAD), 1) / len(chunk)))
-    expanded = len(_FILLER_HEAD) + repeats * len(chunk)
-    crc = crc32_combine(
-        zlib.crc32(_FILLER_HEAD),
-        _crc32_repeated(zlib.crc32(chunk), len(chunk), repeats),
-        repeats * len(chunk),
-    )
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # deflate, no flags, mtime 0
-    final_block = b"\x03\x00"  # an empty final block with fixed Huffman codes
-    trailer = struct.pack("<II", crc, expanded & 0xFFFFFFFF)
-    body = b"".join(
-        (
-            header,
-            _independent_deflate(_FILLER_HEAD),
-            _independent_deflate(chunk) * repeats,
-            final_block,
-            trailer,
-        )
-    )
-    return GzipBomb(body=body, expanded_size=expanded)
-
-
-# --------------------------------------------------------------------------
-# The farm
-# --------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -457,7 +294,7 @@ class MonitorFarm:
             await asyncio.sleep(self._stall_s)
         if fault == "html":
             return web.Response(
-                body=_HTML_PAGE, headers={"Content-Type": "text/html; charset=utf-8"}
+                body=HTML_PAGE, headers={"Content-Type": "text/html; charset=utf-8"}
             )
         if fault == "gzip_bomb":
             if self._bomb is None:
@@ -465,14 +302,16 @@ class MonitorFarm:
             headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
             return web.Response(body=self._bomb.body, headers=headers)
         if fault == "oversized":
-            return await self._stream_oversized(request)
+            if self._filler is None:
+                self._filler = b"".join(filler_line(f"filler-{i:06d}") for i in range(400))
+            return await stream_oversized(
+                request, self._filler, self._oversized_bytes, self._send_limit_s
+            )
         rendered = self._render(node)
         if fault == "malformed":
-            lines = rendered.plain.split(b"\n")
-            lines.insert(len(lines) // 2, _BROKEN_LINE)
-            return self._respond(request, _Rendered(rendered.key, b"\n".join(lines)))
+            return self._respond(request, _Rendered(rendered.key, with_broken_line(rendered.plain)))
         if fault == "drip":
-            return await self._drip(request, rendered.plain)
+            return await drip(request, rendered.plain, self._drip_interval_s, self._drip_max_s)
         return self._respond(request, rendered)
 
     def _respond(self, request: web.Request, rendered: _Rendered) -> web.Response:
@@ -480,43 +319,3 @@ class MonitorFarm:
             headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
             return web.Response(body=rendered.gzipped(), headers=headers)
         return web.Response(body=rendered.plain, headers={"Content-Type": TEXT_CONTENT_TYPE})
-
-    async def _drip(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
-        await response.prepare(request)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._drip_max_s
-        try:
-            sent = 0
-            while sent < len(body) and loop.time() < deadline:
-                await response.write(body[sent : sent + 1])
-                sent += 1
-                await asyncio.sleep(self._drip_interval_s)
-            if sent < len(body):
-                await response.write(body[sent:])
-            await response.write_eof()
-        except ConnectionError:
-            pass  # the client gave up
-        return response
-
-    async def _stream_oversized(self, request: web.Request) -> web.StreamResponse:
-        if self._filler is None:
-            self._filler = b"".join(_filler_line(f"filler-{i:06d}") for i in range(400))
-        filler = self._filler
-        response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
-        await response.prepare(request)
-        try:
-            async with asyncio.timeout(self._send_limit_s):
-                await response.write(_FILLER_HEAD)
-                written = len(_FILLER_HEAD)
-                while written < self._oversized_bytes:
-                    await response.write(filler)  # waits for the client: memory stays bounded
-                    written += len(filler)
-                await response.write_eof()
-        except ConnectionError:
-            pass  # the client gave up
-        except TimeoutError:
-            # A client that neither reads nor hangs up: drop the connection.
-            if request.transport is not None:
-                request.transport.abort()
-        return response

@@ -20,15 +20,16 @@ from aiohttp import web
 
 from collector.app import build_app
 from collector.demo.agents import SimulatedDirectory, run_agent
+from collector.demo.cluster import build_cluster
+from collector.demo.families import MONITORS
 from collector.demo.monitors import MonitorFarm
-from collector.demo.simulator import SimulatedNode, build_cluster
+from collector.demo.node import SimulatedNode
 from collector.schema import Flavour
 from collector.settings import CollectorSettings
 from core import logs
 from core.settings import parse_listen
 from core.tasks import owned
 
-DEMO_FLAVOURS = ("hami", "hami-legacy", "volcano", "kai")
 DRA_NODES = 2
 
 
@@ -86,7 +87,7 @@ def run_demo(listen: str, nodes: int, interval: float) -> int:
     """Serve the demo until interrupted."""
     logs.setup("text", "info")
     host, port = parse_listen(listen)
-    cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=DEMO_FLAVOURS)
+    cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=MONITORS)
     monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
     flaky = monitored[-1].name if nodes > 1 else None
     agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]

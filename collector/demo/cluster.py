@@ -1,0 +1,83 @@
+"""Simulated clusters: GPU nodes with monitors of every version, a pure function of a seed.
+
+Every GPU node of a HAMi, Volcano vGPU or KAI cluster runs a monitor on port
+9394 that serves Prometheus text for its own node. :func:`build_cluster` makes
+such nodes (:class:`~collector.demo.node.SimulatedNode`), whose monitors serve,
+byte for byte, what each upstream version serves
+(:mod:`collector.demo.families`), from simulated cards and vGPU allocations
+whose values drift with time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+
+from collector.demo.devices import Allocation
+from collector.demo.families import MONITORS
+from collector.demo.node import SimulatedNode
+from collector.demo.workload import MIB, draw_cards, draw_kai_annotation, new_pod, plan_slots
+
+
+def _check(nodes: int, cards: int, allocations_per_node: int, flavours: Sequence[str]) -> None:
+    if nodes < 0 or cards < 0 or allocations_per_node < 0:
+        raise ValueError("nodes, cards and allocations_per_node must not be negative")
+    if not flavours:
+        raise ValueError("flavours must not be empty")
+    unknown = [f for f in flavours if f not in MONITORS]
+    if unknown:
+        raise ValueError(f"unknown flavours {unknown}; expected some of {MONITORS}")
+    if cards == 0 and allocations_per_node > 0:
+        raise ValueError("allocations need at least one card per node")
+
+
+def _build_node(
+    name: str, flavour: str, rng: random.Random, cards: int, allocations: int, now: int, seed: int
+) -> SimulatedNode:
+    node_cards = draw_cards(rng, cards)
+    cap_mib = {card.index: (card.memory_total - card.reserved) // MIB for card in node_cards}
+    taken: set[tuple[str, str]] = set()
+    pods: list[Allocation] = []
+    for slots in plan_slots(rng, cards, allocations, cap_mib):
+        pods.extend(new_pod(rng, slots, now, taken, draw_kai_annotation(rng)))
+    node = SimulatedNode(name, flavour, node_cards, pods, seed)
+    node.refresh_cards()
+    return node
+
+
+def build_cluster(
+    nodes: int,
+    seed: int = 0,
+    cards: int = 8,
+    allocations_per_node: int = 28,
+    flavours: Sequence[str] = MONITORS,
+    *,
+    start_time: float | None = None,
+) -> list[SimulatedNode]:
+    """A cluster of ``nodes`` simulated GPU nodes, monitor versions assigned round-robin.
+
+    ``flavours`` are some of :data:`~collector.demo.families.MONITORS`. Nodes are
+    named ``gpu-node-001``…; each has ``cards`` cards of one model and
+    ``allocations_per_node`` vGPU allocations (pods such as ``team-a/train-…``
+    with containers such as ``cuda`` or ``main``), every one of which has
+    launched a kernel. Last-kernel times are placed relative to ``start_time``
+    (default: now), so the cluster is a pure function of ``seed`` and
+    ``start_time``.
+    """
+    _check(nodes, cards, allocations_per_node, flavours)
+    now = math.floor(time.time() if start_time is None else start_time)
+    width = max(3, len(str(nodes)))
+    return [
+        _build_node(
+            f"gpu-node-{position + 1:0{width}d}",
+            flavours[position % len(flavours)],
+            random.Random(f"node|{seed}|{position}"),
+            cards,
+            allocations_per_node,
+            now,
+            seed,
+        )
+        for position in range(nodes)
+    ]
