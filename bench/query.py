@@ -89,7 +89,8 @@ from collector.app import SETTINGS, STORE, build_app
 from collector.batch import Source
 from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
-from collector.promql.evaluate import RangeSeries, Sample, instant_query, range_query
+from collector.promql.query import instant_query, range_query
+from collector.promql.values import RangeSeries, Sample
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.store import Store

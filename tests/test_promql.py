@@ -8,15 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 
-from collector.promql.evaluate import (
-    QueryError,
-    RangeSeries,
-    Sample,
-    Scalar,
-    String,
-    instant_query,
-    range_query,
-)
+from collector.promql.query import instant_query, range_query
+from collector.promql.values import QueryError, RangeSeries, Sample, Scalar, String
 from collector.tsdb.series import STALE, Matcher, SeriesData
 
 

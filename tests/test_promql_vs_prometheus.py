@@ -4,7 +4,7 @@ A deterministic dataset (about 35 series over 40 minutes at 15 s) is written as
 OpenMetrics, imported with ``promtool tsdb create-blocks-from openmetrics``,
 and served by a real ``prometheus`` on loopback. Every query runs as instant
 queries at several times and as one range query, through Prometheus' HTTP API
-and through :mod:`collector.promql.evaluate` over an in-memory copy of the
+and through :mod:`collector.promql.query` over an in-memory copy of the
 same samples; label sets must match exactly, values within 1e-9 relative.
 (promtool cannot write staleness markers: staleness is covered in test_promql.)
 """
@@ -25,15 +25,8 @@ import pytest
 from helpers import prometheus_tool, real_prometheus
 from test_promql import MemoryStorage
 
-from collector.promql.evaluate import (
-    QueryError,
-    RangeSeries,
-    Sample,
-    Scalar,
-    String,
-    instant_query,
-    range_query,
-)
+from collector.promql.query import instant_query, range_query
+from collector.promql.values import QueryError, RangeSeries, Sample, Scalar, String
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
 SPAN = 40 * 60

@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .functions import LABEL_NAME, quantile
-from .values import METRIC_NAME, Labels, QueryError, format_float, go_float_str, go_sqrt
-
-StepVector = list[tuple[Labels, float]]
+from .floats import format_float, go_float_str, go_sqrt, nan_last, quantile
+from .values import LABEL_NAME, Labels, QueryError, StepVector, grouping_labels
 
 _INT64_MAX = 9.223372036854775807e18
 
@@ -19,7 +17,7 @@ class _Group:
     value: float
     mean: float
     count: int = 1
-    members: list[tuple[Labels, float]] = field(default_factory=list)
+    members: list[float] = field(default_factory=list)
 
 
 class GroupKeys:
@@ -40,83 +38,90 @@ class GroupKeys:
 
     def compute(self, labels: Labels, grouping: frozenset[str]) -> Labels:
         """Uncached :meth:`of` with explicit grouping labels."""
-        if self.without:
-            return tuple(p for p in labels if p[0] not in grouping and p[0] != METRIC_NAME)
-        return tuple(p for p in labels if p[0] in grouping)
+        return grouping_labels(labels, grouping, keep=not self.without)
 
 
 def aggregate(op: str, vec: StepVector, keys: GroupKeys, param: float | str | None) -> StepVector:
     """Apply aggregation ``op`` to ``vec`` grouped by ``keys``."""
     if op in ("topk", "bottomk"):
         assert isinstance(param, float)
-        if not (-_INT64_MAX <= param <= _INT64_MAX):
-            raise QueryError("execution", f"Scalar value {go_float_str(param)} overflows int64")
-        k = int(param)
-        if k < 1:
-            return []
-        return _top(op, vec, keys, k)
+        k = _int64(param)
+        return _top(op, vec, keys, k) if k >= 1 else []
     if op == "count_values":
         assert isinstance(param, str)
         return _count_values(vec, keys, param)
-
     groups: dict[Labels, _Group] = {}
     for labels, v in vec:
         key = keys.of(labels)
         g = groups.get(key)
         if g is None:
-            g = _Group(key, v, v)
-            groups[key] = g
-            if op in ("stddev", "stdvar"):
-                g.value = 0.0
-            elif op == "group":
-                g.value = 1.0
-            elif op == "quantile":
-                g.members.append((labels, v))
-            continue
-        if op == "sum":
-            g.value += v
-        elif op == "avg":
-            g.count += 1
-            if math.isinf(g.mean):
-                if math.isinf(v) and (g.mean > 0) == (v > 0):
-                    continue
-                if not math.isinf(v) and not math.isnan(v):
-                    continue
-            g.mean += v / g.count - g.mean / g.count
-        elif op == "max":
-            if g.value < v or math.isnan(g.value):
-                g.value = v
-        elif op == "min":
-            if g.value > v or math.isnan(g.value):
-                g.value = v
-        elif op == "count":
-            g.count += 1
-        elif op in ("stddev", "stdvar"):
-            g.count += 1
-            delta = v - g.mean
-            g.mean += delta / g.count
-            g.value += delta * (v - g.mean)
-        elif op == "quantile":
-            g.members.append((labels, v))
-        # "group": nothing to do
-
-    out: StepVector = []
-    for g in groups.values():
-        if op == "avg":
-            value = g.mean
-        elif op == "count":
-            value = float(g.count)
-        elif op == "stdvar":
-            value = g.value / g.count
-        elif op == "stddev":
-            value = go_sqrt(g.value / g.count)
-        elif op == "quantile":
-            assert isinstance(param, float)
-            value = quantile(param, [v for _, v in g.members])
+            groups[key] = _start(op, key, v)
         else:
-            value = g.value
-        out.append((g.labels, value))
-    return out
+            _add(op, g, v)
+    return [(g.labels, _result(op, g, param)) for g in groups.values()]
+
+
+def _int64(param: float) -> int:
+    if not (-_INT64_MAX <= param <= _INT64_MAX):
+        raise QueryError("execution", f"Scalar value {go_float_str(param)} overflows int64")
+    return int(param)
+
+
+def _start(op: str, key: Labels, v: float) -> _Group:
+    """A group from its first element."""
+    g = _Group(key, v, v)
+    if op in ("stddev", "stdvar"):
+        g.value = 0.0
+    elif op == "group":
+        g.value = 1.0
+    elif op == "quantile":
+        g.members.append(v)
+    return g
+
+
+def _add(op: str, g: _Group, v: float) -> None:
+    """Fold one more element into its group (``group`` has nothing to fold)."""
+    if op == "sum":
+        g.value += v
+    elif op == "avg":
+        g.count += 1
+        if math.isinf(g.mean):
+            if math.isinf(v) and (g.mean > 0) == (v > 0):
+                return
+            if not math.isinf(v) and not math.isnan(v):
+                return
+        g.mean += v / g.count - g.mean / g.count
+    elif op == "max":
+        if g.value < v or math.isnan(g.value):
+            g.value = v
+    elif op == "min":
+        if g.value > v or math.isnan(g.value):
+            g.value = v
+    elif op == "count":
+        g.count += 1
+    elif op in ("stddev", "stdvar"):
+        g.count += 1
+        delta = v - g.mean
+        g.mean += delta / g.count
+        g.value += delta * (v - g.mean)
+    elif op == "quantile":
+        g.members.append(v)
+
+
+def _result(op: str, g: _Group, param: float | str | None) -> float:
+    """A group's value once all its elements are in."""
+    if op == "avg":
+        return g.mean
+    if op == "count":
+        return float(g.count)
+    if op == "stdvar":
+        return g.value / g.count
+    if op == "stddev":
+        return go_sqrt(g.value / g.count)
+    if op == "quantile":
+        assert isinstance(param, float)
+        return quantile(param, g.members)
+    return g.value
 
 
 def _top(op: str, vec: StepVector, keys: GroupKeys, k: int) -> StepVector:
@@ -124,12 +129,10 @@ def _top(op: str, vec: StepVector, keys: GroupKeys, k: int) -> StepVector:
     for labels, v in vec:
         groups.setdefault(keys.of(labels), []).append((labels, v))
     out: StepVector = []
+    descending = op == "topk"
     for members in groups.values():
         # NaN always ranks last; among equals the order is unspecified (as in Prometheus).
-        if op == "topk":
-            members.sort(key=lambda m: (math.isnan(m[1]), -m[1] if not math.isnan(m[1]) else 0.0))
-        else:
-            members.sort(key=lambda m: (math.isnan(m[1]), m[1] if not math.isnan(m[1]) else 0.0))
+        members.sort(key=lambda m: nan_last(m[1], descending))
         out.extend(members[:k])
     return out
 

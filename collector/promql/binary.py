@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+from .floats import go_div, go_mod, go_pow
 from .plan import ARITHMETIC, COMPARISON, BinaryNode
 from .values import (
     METRIC_NAME,
     Labels,
     QueryError,
+    StepVector,
     drop_name,
-    go_div,
-    go_mod,
-    go_pow,
+    grouping_labels,
     labels_str,
 )
-
-StepVector = list[tuple[Labels, float]]
 
 
 def arithmetic(op: str, a: float, b: float) -> float:
@@ -84,12 +82,7 @@ class Matching:
         """The labels two sides are matched on (``on``) or all but the ignored ones."""
         got = self._sigs.get(labels)
         if got is None:
-            names = self.node.matching
-            if self.node.on:
-                got = tuple(p for p in labels if p[0] in names)
-            else:
-                got = tuple(p for p in labels if p[0] not in names and p[0] != METRIC_NAME)
-            self._sigs[labels] = got
+            got = self._sigs[labels] = grouping_labels(labels, self.node.matching, self.node.on)
         return got
 
     def result_labels(self, lhs: Labels, rhs: Labels) -> Labels:
@@ -129,22 +122,7 @@ def vector_vector(m: Matching, lhs: StepVector, rhs: StepVector) -> StepVector:
     swapped = node.card == "one-to-many"
     if swapped:
         lhs, rhs = rhs, lhs
-    one_side: dict[Labels, tuple[Labels, float]] = {}
-    for labels, v in rhs:
-        sig = m.signature(labels)
-        dup = one_side.get(sig)
-        if dup is not None:
-            side = "left" if swapped else "right"
-            raise QueryError(
-                "execution",
-                f"found duplicate series for the match group {labels_str(_match_labels(node, labels))} "
-                f"on the {side} hand-side of the operation: [{labels_str(labels)}, {labels_str(dup[0])}]"
-                ";many-to-many matching not allowed: matching labels must be unique on one side",
-            )
-        one_side[sig] = (labels, v)
-
-    op = node.op
-    is_comparison = op in COMPARISON
+    one_side = _one_side(m, rhs, "left" if swapped else "right")
     matched: dict[Labels, set[Labels] | None] = {}
     out: StepVector = []
     for labels, v in lhs:
@@ -153,46 +131,68 @@ def vector_vector(m: Matching, lhs: StepVector, rhs: StepVector) -> StepVector:
         if found is None:
             continue
         r_labels, r_value = found
-        vl, vr = (r_value, v) if swapped else (v, r_value)
-        if is_comparison:
-            keep = compare(op, vl, vr)
-            value = vl
-        else:
-            keep = True
-            value = arithmetic(op, vl, vr)
-        if node.return_bool:
-            value = 1.0 if keep else 0.0
-        elif not keep:
+        value = _element(node, r_value, v) if swapped else _element(node, v, r_value)
+        if value is None:
             continue
         result = m.result_labels(labels, r_labels)
         if node.return_bool:
             result = drop_name(result)
-        if node.card == "one-to-one":
-            if sig in matched:
-                raise QueryError(
-                    "execution",
-                    "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
-                )
-            matched[sig] = None
-        else:
-            inserted = matched.get(sig)
-            if inserted is None:
-                inserted = set()
-                matched[sig] = inserted
-            elif result in inserted:
-                raise QueryError(
-                    "execution",
-                    "multiple matches for labels: grouping labels must ensure unique matches",
-                )
-            inserted.add(result)
+        _check_match(node, matched, sig, result)
         out.append((result, value))
     return out
 
 
-def _match_labels(node: BinaryNode, labels: Labels) -> Labels:
-    if node.on:
-        return tuple(p for p in labels if p[0] in node.matching)
-    return tuple(p for p in labels if p[0] not in node.matching and p[0] != METRIC_NAME)
+def _one_side(m: Matching, vec: StepVector, side: str) -> dict[Labels, tuple[Labels, float]]:
+    """The "one" side's elements by signature; two with the same one fail the query."""
+    by_sig: dict[Labels, tuple[Labels, float]] = {}
+    for labels, v in vec:
+        sig = m.signature(labels)
+        dup = by_sig.get(sig)
+        if dup is not None:
+            raise QueryError(
+                "execution",
+                f"found duplicate series for the match group {labels_str(sig)} "
+                f"on the {side} hand-side of the operation: [{labels_str(labels)}, {labels_str(dup[0])}]"
+                ";many-to-many matching not allowed: matching labels must be unique on one side",
+            )
+        by_sig[sig] = (labels, v)
+    return by_sig
+
+
+def _element(node: BinaryNode, vl: float, vr: float) -> float | None:
+    """One matched pair's value, or None when a comparison without ``bool`` drops it."""
+    if node.op in COMPARISON:
+        keep = compare(node.op, vl, vr)
+        value = vl
+    else:
+        keep = True
+        value = arithmetic(node.op, vl, vr)
+    if node.return_bool:
+        return 1.0 if keep else 0.0
+    return value if keep else None
+
+
+def _check_match(
+    node: BinaryNode, matched: dict[Labels, set[Labels] | None], sig: Labels, result: Labels
+) -> None:
+    """Record a match; a signature matched twice (one-to-one) or a repeated result fails."""
+    if node.card == "one-to-one":
+        if sig in matched:
+            raise QueryError(
+                "execution",
+                "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
+            )
+        matched[sig] = None
+        return
+    inserted = matched.get(sig)
+    if inserted is None:
+        inserted = matched[sig] = set()
+    elif result in inserted:
+        raise QueryError(
+            "execution",
+            "multiple matches for labels: grouping labels must ensure unique matches",
+        )
+    inserted.add(result)
 
 
 def set_operation(m: Matching, lhs: StepVector, rhs: StepVector) -> StepVector:

@@ -16,6 +16,8 @@ import promql_parser as pp
 
 from collector.tsdb.series import Matcher, Op
 
+from .floats import MATH_FUNCTIONS
+from .ranges import RANGE_FUNCTIONS
 from .values import QueryError, unsupported
 
 Kind = Literal["scalar", "vector", "matrix", "string"]
@@ -37,8 +39,7 @@ AGGREGATIONS = frozenset(
     }
 )
 
-SIMPLE_FUNCTIONS = frozenset({"abs", "ceil", "floor", "exp", "ln", "log2", "log10", "sqrt"})
-VECTOR_FUNCTIONS = SIMPLE_FUNCTIONS | {
+VECTOR_FUNCTIONS = frozenset(MATH_FUNCTIONS) | {
     "round",
     "clamp",
     "clamp_min",
@@ -52,25 +53,6 @@ VECTOR_FUNCTIONS = SIMPLE_FUNCTIONS | {
     "absent",
 }
 SCALAR_FUNCTIONS = frozenset({"time", "scalar"})
-RANGE_FUNCTIONS = frozenset(
-    {
-        "rate",
-        "irate",
-        "increase",
-        "delta",
-        "deriv",
-        "avg_over_time",
-        "min_over_time",
-        "max_over_time",
-        "sum_over_time",
-        "count_over_time",
-        "last_over_time",
-        "quantile_over_time",
-        "stddev_over_time",
-        "stdvar_over_time",
-        "present_over_time",
-    }
-)
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^"})
 COMPARISON = frozenset({"==", "!=", ">", "<", ">=", "<="})
@@ -154,23 +136,28 @@ class AggNode:
 
 @dataclass(eq=False, slots=True)
 class CallNode:
-    """A function call."""
+    """A function call.
+
+    ``regex`` is ``label_replace``'s, compiled once here; None for other
+    functions and for a regex that does not compile (the evaluator says so).
+    """
 
     name: str
     args: list[Node]
     kind: Kind
+    regex: re.Pattern[str] | None = None
 
 
 Node = (
     NumberNode | StringNode | SelectorNode | MatrixNode | NegNode | BinaryNode | AggNode | CallNode
 )
 
-_MATCH_OPS: list[tuple[pp.MatchOp, Op]] = [
+_MATCH_OPS: tuple[tuple[pp.MatchOp, Op], ...] = (
     (pp.MatchOp.Equal, "="),
     (pp.MatchOp.NotEqual, "!="),
     (pp.MatchOp.Re, "=~"),
     (pp.MatchOp.NotRe, "!~"),
-]
+)
 
 
 def _match_op(op: pp.MatchOp) -> Op:
@@ -217,6 +204,12 @@ def selectors(node: Node) -> list[tuple[SelectorNode, int]]:
 
     walk(node)
     return found
+
+
+def string_literal(node: Node) -> str:
+    """The value of a string argument: always a literal, PromQL has no other string expression."""
+    assert isinstance(node, StringNode)
+    return node.value
 
 
 def _ms(seconds: float) -> int:
@@ -322,4 +315,14 @@ def _call(expr: pp.Call) -> CallNode:
     else:
         raise unsupported(f"function {name}")
     args = [_convert(a) for a in expr.args]
-    return CallNode(name, args, kind)
+    regex = _label_regex(string_literal(args[4])) if name == "label_replace" else None
+    return CallNode(name, args, kind, regex)
+
+
+def _label_regex(text: str) -> re.Pattern[str] | None:
+    # One that does not compile fails the query where the call is first evaluated
+    # (as Prometheus' funcLabelReplace), so errors met before it there still win.
+    try:
+        return re.compile(f"(?:{text})")
+    except Exception:  # re.error, and OverflowError or RecursionError on extreme patterns
+        return None

@@ -1,12 +1,11 @@
-"""Result types, the query error, and float arithmetic with Go's (Prometheus') semantics."""
+"""The values a query handles: label sets, one step's vectors, the results, the query error."""
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Literal
 
 ErrorType = Literal["bad_data", "execution", "timeout"]
@@ -15,6 +14,18 @@ Labels = tuple[tuple[str, str], ...]
 """A label set inside the evaluator: ``(name, value)`` pairs sorted by name, hashable."""
 
 METRIC_NAME = "__name__"
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+"""What a valid label name looks like."""
+
+StepVector = list[tuple[Labels, float]]
+"""An instant vector inside the evaluator, at one step: each element's labels and value."""
+
+TimedVector = list[tuple[Labels, int, float]]
+"""A selector's instant vector at one step with each sample's own timestamp (milliseconds)."""
+
+StepMatrix = list[tuple[Labels, list[int], list[float]]]
+"""A range vector at one step: each series' labels, times (milliseconds) and values."""
 
 
 @dataclass(slots=True)
@@ -85,143 +96,8 @@ def drop_name(labels: Labels) -> Labels:
     return labels
 
 
-def format_float(value: float) -> str:
-    """Go's ``strconv.FormatFloat(v, 'f', -1, 64)``: shortest digits, never an exponent."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    text = format(Decimal(repr(value)), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-def go_float_str(value: float) -> str:
-    """Go's ``%v`` for a float64, near enough for error messages."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e21:
-        return str(int(value))
-    return repr(value)
-
-
-# --- float64 arithmetic as Go does it (no exceptions; IEEE results) ---
-
-
-def go_div(a: float, b: float) -> float:
-    """``a / b`` with IEEE division by zero."""
-    if b == 0:
-        if math.isnan(a) or a == 0:
-            return math.nan
-        return math.copysign(math.inf, a) * math.copysign(1.0, b)
-    return a / b
-
-
-def go_mod(a: float, b: float) -> float:
-    """Go's ``math.Mod``: the remainder with the sign of ``a``."""
-    if b == 0 or math.isinf(a) or math.isnan(a) or math.isnan(b):
-        return math.nan
-    if math.isinf(b):
-        return a
-    return math.fmod(a, b)
-
-
-def _is_odd_integer(y: float) -> bool:
-    return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2.0) != 0
-
-
-def go_pow(a: float, b: float) -> float:
-    """Go's ``math.Pow`` (C99 ``pow`` special cases, no exceptions)."""
-    try:
-        return math.pow(a, b)
-    except OverflowError:
-        if a < 0 and _is_odd_integer(b):
-            return -math.inf
-        return math.inf
-    except ValueError:
-        if a == 0:  # zero to a negative power
-            if _is_odd_integer(b):
-                return math.copysign(math.inf, a)
-            return math.inf
-        return math.nan  # negative base, non-integer exponent
-
-
-def go_max(a: float, b: float) -> float:
-    """Go's ``math.Max``: NaN wins, +0 beats -0."""
-    if a == math.inf or b == math.inf:
-        return math.inf
-    if math.isnan(a) or math.isnan(b):
-        return math.nan
-    if a == 0 and b == 0:
-        return b if math.copysign(1.0, a) < 0 else a
-    return a if a > b else b
-
-
-def go_min(a: float, b: float) -> float:
-    """Go's ``math.Min``: NaN wins, -0 beats +0."""
-    if a == -math.inf or b == -math.inf:
-        return -math.inf
-    if math.isnan(a) or math.isnan(b):
-        return math.nan
-    if a == 0 and b == 0:
-        return a if math.copysign(1.0, a) < 0 else b
-    return a if a < b else b
-
-
-def go_floor(v: float) -> float:
-    """``math.Floor`` on floats (keeps infinities, NaN and the sign of zero)."""
-    if not math.isfinite(v) or v == 0:
-        return v
-    r = float(math.floor(v))
-    return math.copysign(r, v) if r == 0 else r
-
-
-def go_ceil(v: float) -> float:
-    """``math.Ceil`` on floats (keeps infinities, NaN and the sign of zero)."""
-    if not math.isfinite(v) or v == 0:
-        return v
-    r = float(math.ceil(v))
-    return math.copysign(r, v) if r == 0 else r
-
-
-def go_exp(v: float) -> float:
-    """``math.Exp`` (overflow gives +Inf)."""
-    try:
-        return math.exp(v)
-    except OverflowError:
-        return math.inf
-
-
-def _go_log(fn: Callable[[float], float], v: float) -> float:
-    if math.isnan(v) or v < 0:
-        return math.nan
-    if v == 0:
-        return -math.inf
-    if math.isinf(v):
-        return math.inf
-    return fn(v)
-
-
-def go_ln(v: float) -> float:
-    """``math.Log``."""
-    return _go_log(math.log, v)
-
-
-def go_log2(v: float) -> float:
-    """``math.Log2``."""
-    return _go_log(math.log2, v)
-
-
-def go_log10(v: float) -> float:
-    """``math.Log10``."""
-    return _go_log(math.log10, v)
-
-
-def go_sqrt(v: float) -> float:
-    """``math.Sqrt`` (negative gives NaN)."""
-    if math.isnan(v) or v < 0:
-        return math.nan
-    return math.sqrt(v)
+def grouping_labels(labels: Labels, names: Collection[str], keep: bool) -> Labels:
+    """The labels in ``names`` (``keep``: ``by``, ``on``), or all but those and ``__name__``."""
+    if keep:
+        return tuple(p for p in labels if p[0] in names)
+    return tuple(p for p in labels if p[0] not in names and p[0] != METRIC_NAME)

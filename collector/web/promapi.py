@@ -21,17 +21,10 @@ from aiohttp import web
 from multidict import MultiDict
 
 from collector import __version__, schema
-from collector.promql.evaluate import (
-    Matrix,
-    QueryError,
-    Scalar,
-    String,
-    Vector,
-    instant_query,
-    range_query,
-)
+from collector.promql.floats import format_float
 from collector.promql.plan import selector_matchers
-from collector.promql.values import RangeSeries, format_float
+from collector.promql.query import instant_query, range_query
+from collector.promql.values import Matrix, QueryError, RangeSeries, Scalar, String, Vector
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher

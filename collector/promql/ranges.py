@@ -1,4 +1,4 @@
-"""Function bodies: range-vector functions over one series' window, and label helpers.
+"""Range-vector functions (``rate``, ``*_over_time``...) over one series' window at one step.
 
 Each range function takes the window's points (times in milliseconds, values;
 staleness markers already removed, at least one point) and returns the value,
@@ -9,11 +9,11 @@ The arithmetic follows Prometheus 2.x's ``promql/functions.go``.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from .values import go_div, go_floor, go_sqrt
+from .floats import go_div, go_sqrt, kahan_inc, quantile
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,16 +26,6 @@ class Window:
 
 
 RangeFn = Callable[[Sequence[int], Sequence[float], Window, float], float | None]
-
-
-def kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:
-    """One step of Kahan-Neumaier summation, as Prometheus' ``kahanSumInc``."""
-    t = total + inc
-    if abs(total) >= abs(inc):
-        c += (total - t) + inc
-    else:
-        c += (inc - t) + total
-    return t, c
 
 
 def _extrapolated_rate(
@@ -196,100 +186,23 @@ def _quantile_over_time(t: Sequence[int], values: Sequence[float], w: Window, q:
     return quantile(q, list(values))
 
 
-RANGE_FUNCTIONS: dict[str, RangeFn] = {
-    "rate": _rate,
-    "increase": _increase,
-    "delta": _delta,
-    "irate": _irate,
-    "deriv": _deriv,
-    "avg_over_time": _avg_over_time,
-    "sum_over_time": _sum_over_time,
-    "max_over_time": _max_over_time,
-    "min_over_time": _min_over_time,
-    "count_over_time": _count_over_time,
-    "last_over_time": _last_over_time,
-    "present_over_time": _present_over_time,
-    "stdvar_over_time": _stdvar_over_time,
-    "stddev_over_time": _stddev_over_time,
-    "quantile_over_time": _quantile_over_time,
-}
-
-
-def _nan_first_key(v: float) -> tuple[bool, float]:
-    return (not math.isnan(v), v if not math.isnan(v) else 0.0)
-
-
-def quantile(q: float, values: list[float]) -> float:
-    """Prometheus' ``quantile``: linear interpolation between the closest ranks."""
-    if not values:
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
-    if math.isnan(q):
-        return math.nan
-    values.sort(key=_nan_first_key)  # Go's vectorByValueHeap puts NaN first
-    n = float(len(values))
-    rank = q * (n - 1)
-    lower = max(0.0, go_floor(rank))
-    upper = min(n - 1, lower + 1)
-    weight = rank - go_floor(rank)
-    return values[int(lower)] * (1 - weight) + values[int(upper)] * weight
-
-
-def round_to(v: float, to_nearest: float) -> float:
-    """``round(v, to_nearest)``: ties go up, as Prometheus."""
-    inverse = go_div(1.0, to_nearest)
-    return go_div(go_floor(v * inverse + 0.5), inverse)
-
-
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def _extract(template: str) -> tuple[str, int, str] | None:
-    """Go's ``regexp.extract``: the name after a ``$``, its group number (or -1), the rest."""
-    if not template:
-        return None
-    brace = template[0] == "{"
-    body = template[1:] if brace else template
-    i = 0
-    while i < len(body) and (body[i].isalnum() or body[i] == "_"):
-        i += 1
-    if i == 0:
-        return None
-    name = body[:i]
-    if brace:
-        if i >= len(body) or body[i] != "}":
-            return None
-        i += 1
-    num = -1
-    if name.isascii() and name.isdigit() and not (name[0] == "0" and len(name) > 1):
-        num = int(name) if len(name) < 9 else -1
-    return name, num, body[i:]
-
-
-def expand_template(template: str, match: re.Match[str]) -> str:
-    """Go's ``Regexp.ExpandString``: ``$1``, ``${1}``, ``$name``, ``${name}``, ``$$``."""
-    out: list[str] = []
-    groups = match.re.groupindex
-    while template:
-        before, sep, after = template.partition("$")
-        if not sep:
-            break
-        out.append(before)
-        template = after
-        if template.startswith("$"):
-            out.append("$")
-            template = template[1:]
-            continue
-        found = _extract(template)
-        if found is None:
-            out.append("$")
-            continue
-        name, num, template = found
-        index = num if num >= 0 else groups.get(name, -1)
-        if 0 <= index <= match.re.groups:
-            out.append(match.group(index) or "")
-    out.append(template)
-    return "".join(out)
+RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
+    {
+        "rate": _rate,
+        "increase": _increase,
+        "delta": _delta,
+        "irate": _irate,
+        "deriv": _deriv,
+        "avg_over_time": _avg_over_time,
+        "sum_over_time": _sum_over_time,
+        "max_over_time": _max_over_time,
+        "min_over_time": _min_over_time,
+        "count_over_time": _count_over_time,
+        "last_over_time": _last_over_time,
+        "present_over_time": _present_over_time,
+        "stdvar_over_time": _stdvar_over_time,
+        "stddev_over_time": _stddev_over_time,
+        "quantile_over_time": _quantile_over_time,
+    }
+)
+"""The range-vector functions by name (the plan accepts exactly these)."""
