@@ -152,15 +152,19 @@ def supervisor(registry: CollectorRegistry) -> Supervisor:
 def serve_health(
     host: str, port: int, registry: CollectorRegistry, dead: Callable[[], list[str]]
 ) -> ThreadingHTTPServer:
-    """Serve ``/healthz`` (503 naming what ``dead()`` gives) and ``/metrics`` from a thread of their own."""
+    """Serve ``/healthz`` and the agent's ``/metrics`` from a thread of their own.
+
+    ``/healthz`` answers 503 naming the loops ``dead()`` gives, if any.
+    """
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             status = 200
             if self.path == "/healthz":
                 names = dead()
-                status = 503 if names else 200
-                text = f"dead: {', '.join(names)}\n" if names else "ok\n"
+                text = "ok\n"
+                if names:
+                    status, text = 503, f"dead: {', '.join(names)}\n"
                 body, kind = text.encode(), "text/plain"
             elif self.path == "/metrics":
                 body, kind = generate_latest(WithoutCreated(registry)), TEXT_CONTENT_TYPE

@@ -182,7 +182,10 @@ class Supervisor:
 
 @contextlib.asynccontextmanager
 async def owned(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[Supervised]:
-    """Run a task that should live as long as the block, without restarts; log at once if it crashes."""
+    """Run a task that should live as long as the block, without restarts.
+
+    A crash is logged at once, with its traceback.
+    """
     try:
         async with Supervisor() as tasks:
             yield tasks.start(name, lambda: coro, restart=False)

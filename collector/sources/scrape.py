@@ -3,7 +3,9 @@
 Failure policy: a scrape that fails (connect, timeout, HTTP status, size, parse)
 changes nothing in the store; the target's previous good batch stays until it is
 ``stale_after`` old, then the store forgets it. A target that discovery drops is
-forgotten at once, after its loop has stopped.
+forgotten at once, after its loop has stopped. A fault of ours after a good
+scrape (the store, our own metrics) ends the loop's run; its supervisor logs it
+and starts the loop again.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class ScrapeLoop:
         self._failing = False
 
     async def run(self) -> None:
-        """Scrape forever; every error is recorded, none ends the loop."""
+        """Scrape forever; every scrape error is recorded, none ends the loop."""
         interval = self._config.interval
         offset = zlib.crc32(self.target.key.encode()) % 1000 / 1000 * interval
         next_at = time.monotonic() + offset

@@ -12,10 +12,12 @@ from core.tasks import Supervisor
 def routes(
     ready: Callable[[web.Application], str | None], tasks: web.AppKey[Supervisor]
 ) -> list[web.RouteDef]:
-    """``/healthz`` answers while no task of ``app[tasks]`` is dead; ``/readyz`` once ``ready(app)`` says nothing is missing.
+    """``/healthz`` and ``/readyz``.
 
-    A dead task (one that crashed past its restarts, or ended) fails both: the
-    process no longer does all its work, and a restart is what would fix it.
+    ``/healthz`` answers 200 while no task of ``app[tasks]`` is dead, else 503
+    naming each; ``/readyz`` answers 200 once ``ready(app)`` says nothing is
+    missing. A dead task (one that crashed past its restarts, or ended) fails
+    both: the process no longer does all its work, and a restart would fix it.
     """
 
     def dead(request: web.Request) -> str | None:
