@@ -1,23 +1,26 @@
 """The agent's loop: sample regions and cards every interval, hand the snapshot to the pusher.
 
 Sampling runs on its own schedule and never waits for the network; the pusher
-owns the backlog. The standard library's HTTP server answers /healthz and the
+owns the backlog. Both loops run under a :class:`~core.tasks.Supervisor`,
+which restarts them when they crash and counts each restart. The standard
+library's HTTP server answers /healthz (503 naming any dead loop) and the
 agent's /metrics from a thread (no async HTTP library: see agent/push.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import generate_latest
 
 from agent import region_scan
@@ -26,8 +29,9 @@ from agent.push import Backlog, Pusher, token_reader
 from agent.settings import AgentSettings
 from core.content import TEXT_CONTENT_TYPE
 from core.payload import Device, Payload, Region
+from core.registry import WithoutCreated
 from core.settings import parse_listen
-from core.tasks import owned
+from core.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +81,6 @@ class Sampler:
         self._roots = [Path(r) for r in roots]
         self._grace = grace
         self._nvml = nvml
-        self.last_scan: region_scan.Scan | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.region_count = Gauge(
@@ -102,7 +105,6 @@ class Sampler:
         """Read everything once; errors are counted, never raised."""
         started = time.perf_counter()
         scan = region_scan.scan(self._roots, grace=self._grace)
-        self.last_scan = scan
         for failure in scan.failures:
             self.region_errors.labels(failure.error.reason).inc()
         cards = self._nvml.sample() if self._nvml is not None else []
@@ -133,19 +135,43 @@ def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
     return sampler
 
 
-def serve_health(host: str, port: int, registry: CollectorRegistry) -> ThreadingHTTPServer:
-    """Serve ``/healthz`` and the agent's ``/metrics`` from a thread of their own."""
+def supervisor(registry: CollectorRegistry) -> Supervisor:
+    """A supervisor whose restarts ``registry`` counts in ``hami_agent_task_restarts_total{task}``.
+
+    The label names the loop (``push``, ``sample``): the agent has no others.
+    """
+    restarts = Counter(
+        "hami_agent_task_restarts",
+        "Restarts of the agent's crashed loops, by loop.",
+        ["task"],
+        registry=registry,
+    )
+    return Supervisor(lambda task: restarts.labels(task).inc())
+
+
+def serve_health(
+    host: str, port: int, registry: CollectorRegistry, dead: Callable[[], list[str]]
+) -> ThreadingHTTPServer:
+    """Serve ``/healthz`` and the agent's ``/metrics`` from a thread of their own.
+
+    ``/healthz`` answers 503 naming the loops ``dead()`` gives, if any.
+    """
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            status = 200
             if self.path == "/healthz":
-                body, kind = b"ok\n", "text/plain"
+                names = dead()
+                text = "ok\n"
+                if names:
+                    status, text = 503, f"dead: {', '.join(names)}\n"
+                body, kind = text.encode(), "text/plain"
             elif self.path == "/metrics":
-                body, kind = generate_latest(registry), TEXT_CONTENT_TYPE
+                body, kind = generate_latest(WithoutCreated(registry)), TEXT_CONTENT_TYPE
             else:
                 self.send_error(404)
                 return
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -161,23 +187,27 @@ def serve_health(host: str, port: int, registry: CollectorRegistry) -> Threading
 
 async def run(settings: AgentSettings, nvml_module: object = None) -> None:
     """Sample and push until SIGTERM or SIGINT; ``nvml_module`` replaces pynvml (demo, tests)."""
-    disable_created_metrics()  # type: ignore[no-untyped-call]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop.set)
+    await serve(settings, stop, nvml_module)
+
+
+async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: object = None) -> None:
+    """Sample and push until ``stop`` is set."""
     nvml = start_nvml(settings.nvml, nvml_module)
     sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
     token = token_reader(str(settings.token_file) if settings.token_file else None)
     backlog = Backlog(settings.backlog_seconds, settings.backlog_bytes)
     pusher = Pusher(settings.collector, token, backlog, settings.push_timeout)
     _push_metrics(sampler.registry, pusher)
-    server = serve_health(*parse_listen(settings.listen), sampler.registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signal_number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signal_number, stop.set)
+    tasks = supervisor(sampler.registry)
+    server = serve_health(*parse_listen(settings.listen), sampler.registry, tasks.dead)
     try:
-        async with (
-            owned(pusher.run(), "push"),
-            owned(sample(sampler, pusher, settings.interval), "sample"),
-        ):
+        async with tasks:
+            tasks.start("push", pusher.run)
+            tasks.start("sample", functools.partial(sample, sampler, pusher, settings.interval))
             await stop.wait()
     finally:
         server.shutdown()

@@ -78,7 +78,6 @@ class PushStats:
     accepted: int = 0
     refused: int = 0
     failed: int = 0
-    last_status: int | None = None
     last_error: str | None = None
 
 
@@ -135,7 +134,6 @@ class Pusher:
         except (OSError, http.client.HTTPException) as exc:
             self._failed(None, f"{type(exc).__name__}: {exc}")
             return 0.0
-        self.stats.last_status = status
         if status in (200, 202, 204):
             self.backlog.pop()
             self.stats.accepted += 1

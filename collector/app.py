@@ -3,7 +3,11 @@
 Data flows one way: discovery -> scrape (normalise) -> store -> web. Background
 work is owned by ``cleanup_ctx`` entries, which aiohttp starts in order and
 stops in reverse: discovery stops first (no new targets), then the scrape loops
-(no new batches), then the HTTP client session they used.
+(no new batches), then the HTTP client session they used. Every long-lived
+task runs under the app's :class:`~core.tasks.Supervisor` (``app[TASKS]``),
+which restarts it when it crashes, counts the restart, and tells ``/healthz``
+which tasks are dead. Everything the handlers and contexts share is app state
+under an :class:`aiohttp.web.AppKey`, so two apps in one process share nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest.handlers import RestApi
-from core.tasks import owned
+from core.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +49,11 @@ METRICS = web.AppKey("metrics", SelfMetrics)
 SCRAPER = web.AppKey("scraper", ScrapeManager)
 
 PUSH = web.AppKey("push", PushReceiver)
+TASKS = web.AppKey("tasks", Supervisor)
 
 Synced = Callable[[], bool]
+SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
+"""What must have synced before the app is ready: (what, whether it has)."""
 
 
 def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> web.Application:
@@ -60,30 +67,19 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     )
     metrics = SelfMetrics(store)
     page = MetricsPage(store, metrics)
-    synced: list[tuple[str, Synced]] = []
-
-    def ready() -> str | None:
-        for what, done in synced:
-            if not done():
-                return f"{what} has not synced"
-        if SCRAPER in app and not app[SCRAPER].tried_all():
-            return "some targets were never scraped"
-        return None
-
-    async def push(request: web.Request) -> web.Response:
-        return await app[PUSH].handle(request)
-
     app = web.Application(client_max_size=settings.push_body_limit + 1)
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics
+    app[TASKS] = Supervisor(metrics.restarted)
+    app[SYNCED] = []
     app.cleanup_ctx.append(_scraping)
-    app.cleanup_ctx.append(_sources(synced, pods))
+    app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
     app.router.add_get("/metrics", page.handle)
     app.router.add_routes(PrometheusAPI(store, settings.lookback).routes())
-    app.router.add_post("/api/v1/push", push)
-    app.router.add_routes(health.routes(ready))
+    app.router.add_post("/api/v1/push", _push)
+    app.router.add_routes(health.routes(_ready, TASKS))
     rest_api = RestApi(STORE, settings.interval)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
@@ -101,10 +97,25 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
     )
     connector = aiohttp.TCPConnector(limit=256, ttl_dns_cache=300)
     async with aiohttp.ClientSession(connector=connector) as session:
-        manager = ScrapeManager(session, app[STORE], app[METRICS], scrape_config)
+        manager = ScrapeManager(session, app[STORE], app[METRICS], scrape_config, app[TASKS])
         app[SCRAPER] = manager
         yield
         await manager.close()
+
+
+def _ready(app: web.Application) -> str | None:
+    """What the app still waits for before it is ready, or None."""
+    for what, done in app[SYNCED]:
+        if not done():
+            return f"{what} has not synced"
+    scraper = app.get(SCRAPER)
+    if scraper is not None and not scraper.tried_all():
+        return "some targets were never scraped"
+    return None
+
+
+async def _push(request: web.Request) -> web.Response:
+    return await request.app[PUSH].handle(request)
 
 
 def _priorities(settings: CollectorSettings) -> dict[SourceKind, int]:
@@ -130,24 +141,23 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
                     metrics.forget(source)
                     push.forget(source.node)
 
-    async with owned(expire(), "expire stale sources"):
+    async with app[TASKS].running("store expiry", expire):
         yield
 
 
 def _sources(
-    synced: list[tuple[str, Synced]], static_pods: PodDirectory | None
+    static_pods: PodDirectory | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """Discovery (file, Kubernetes), the pod directory and the push receiver."""
 
     async def sources(app: web.Application) -> AsyncIterator[None]:
-        settings = app[SETTINGS]
-        manager = app[SCRAPER]
+        settings, manager, tasks, synced = app[SETTINGS], app[SCRAPER], app[TASKS], app[SYNCED]
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
                 files = FileDiscovery(settings.targets_file, _sink(manager, "file"))
                 synced.append(("the targets file", lambda: files.synced))
-                await stack.enter_async_context(owned(files.run(), "targets file"))
+                await stack.enter_async_context(tasks.running("targets file", files.run))
             api_client = None
             if settings.kubernetes:
                 api_client = await _kubernetes_client(settings)
@@ -161,7 +171,7 @@ def _sources(
                     timeouts,
                 )
                 synced.append(("discovery", lambda: kube.synced))
-                await stack.enter_async_context(owned(kube.run(), "kubernetes discovery"))
+                await stack.enter_async_context(tasks.running("kubernetes discovery", kube.run))
                 directory = KubernetesDirectory(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
                 )
@@ -170,7 +180,7 @@ def _sources(
             if isinstance(pods, KubernetesDirectory) and not isinstance(auth, Refuse):
                 running = pods  # the cluster-wide pod watch serves push attribution only
                 synced.append(("the pod directory", lambda: running.synced))
-                await stack.enter_async_context(owned(running.run(), "pod directory"))
+                await stack.enter_async_context(tasks.running("pod directory", running.run))
             config = PushConfig(
                 settings.push_body_limit,
                 settings.push_max_inflight,

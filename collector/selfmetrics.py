@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -19,6 +19,7 @@ from collector.batch import Batch, Source
 from collector.exposition.render import format_value, render_header, series_key
 from collector.schema import Flavour
 from collector.store import Store
+from core.registry import WithoutCreated
 
 _PREFIX = "hami_usage_collector_"
 _SOURCE = ("node", "source", "kind")
@@ -37,7 +38,6 @@ class SelfMetrics:
     """Counters and per-source gauges; ``version`` changes whenever one of them does."""
 
     def __init__(self, store: Store) -> None:
-        disable_created_metrics()  # type: ignore[no-untyped-call]  # a scrape target of this size has no use for *_created series
         self.version = 0
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -69,6 +69,12 @@ class SelfMetrics:
         self.unowned = Counter(
             _PREFIX + "push_unowned_regions",
             "Pushed regions whose pod or claim is gone, or on another node (dropped).",
+            registry=r,
+        )
+        self.restarts = Counter(
+            _PREFIX + "task_restarts",
+            "Restarts of crashed long-lived tasks, by kind of task.",
+            ["task"],
             registry=r,
         )
         info = Gauge(
@@ -115,6 +121,17 @@ class SelfMetrics:
         self.errors.labels(source.kind, reason).inc()
         self.version += 1
 
+    def restarted(self, task: str) -> None:
+        """Count a restart of a crashed task; ``task`` names its kind, not the one task.
+
+        The label is the kind (``scrape``, ``kubernetes discovery``, ``store
+        expiry``, ...), never one target's name: every scrape loop shares the
+        label ``scrape``, so the counter has a handful of series however many
+        targets come and go. Logs and ``/healthz`` name the task itself.
+        """
+        self.restarts.labels(task).inc()
+        self.version += 1
+
     def _accepted(self, batch: Batch) -> None:
         self.conflicts.inc(batch.conflicts)
         self.duplicates.inc(batch.duplicates)
@@ -132,11 +149,12 @@ class SelfMetrics:
         The per-source families (thousands of series) come from our own cached
         lines; prometheus_client renders the few others.
         """
+        registry = WithoutCreated(self.registry)
         if openmetrics:
-            page: bytes = generate_openmetrics(self.registry)  # type: ignore[no-untyped-call]
+            page: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
             page = page.removesuffix(b"# EOF\n")
         else:
-            page = generate_latest(self.registry)
+            page = generate_latest(registry)
         return [page, *self._sources.render(openmetrics)]
 
 

@@ -1,7 +1,16 @@
-"""Long-lived tasks with an owner: started for a block, cancelled and awaited at its end.
+"""Long-lived tasks with an owner, restarted when they crash, reported when they cannot go on.
 
-A module of its own so that the agent can use it without importing the
-collector's app (and kubernetes_asyncio with it).
+An owner starts its tasks and, at its end, cancels and awaits them in reverse
+order (as aiohttp's ``cleanup_ctx`` does with its contexts): either one
+:class:`Supervisor` that owns several tasks, or :func:`owned` for one task and
+one block. A crash is logged at once with its traceback. A task that must live
+is started again after a backoff (exponential, with jitter, reset by a healthy
+run), and every restart is counted; one that crashes past the policy's limit,
+or ends while it should run until shutdown, is dead, and :meth:`Supervisor.dead`
+names it for the health check.
+
+A module of its own in ``core`` so that both programs use it; it imports
+neither of them.
 """
 
 from __future__ import annotations
@@ -9,29 +18,176 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a crashed task comes back, and when it is given up on.
+
+    The n-th crash in a row waits a random time between half of and all of
+    ``first * 2**(n-1)`` seconds, at most ``cap``; a run of ``healthy`` seconds
+    or more starts the count again. The crash after ``limit`` restarts in a row
+    makes the task dead.
+    """
+
+    first: float = 0.1
+    cap: float = 30.0
+    healthy: float = 60.0
+    limit: int = 10
+
+    def delay(self, crashes: int) -> float:
+        """The wait before restarting after ``crashes`` crashes in a row."""
+        ceiling = min(self.cap, self.first * 2 ** (crashes - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def _uncounted(kind: str) -> None:
+    """No restart counter: for owners that do not export metrics."""
+
+
+class Supervised:
+    """One task of a :class:`Supervisor`: its kind, its name, its restarts, whether it is dead."""
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        run: Callable[[], Awaitable[None]],
+        restart: bool,
+        policy: RestartPolicy,
+        restarted: Callable[[str], None],
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.restarts = 0
+        self.dead = False
+        self._run = run
+        self._restart = restart
+        self._policy = policy
+        self._restarted = restarted
+        self._task = asyncio.create_task(self._guard(), name=name)
+
+    async def _guard(self) -> None:
+        crashes = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await self._run()
+            except Exception:
+                crashes = 1 if time.monotonic() - started >= self._policy.healthy else crashes + 1
+                delay = self._next(crashes)
+                then = "giving up" if delay is None else f"restarting in {delay:.2f}s"
+                log.error("task %r crashed; %s", self.name, then, exc_info=True)
+            else:
+                log.error("task %r ended, but it should run until shutdown", self.name)
+                delay = None
+            if delay is None:
+                self.dead = True
+                return
+            await asyncio.sleep(delay)
+            self.restarts += 1
+            self._restarted(self.kind)
+
+    def _next(self, crashes: int) -> float | None:
+        if not self._restart or crashes > self._policy.limit:
+            return None
+        return self._policy.delay(crashes)
+
+    def cancel(self) -> None:
+        """Ask the task to stop; :meth:`wait` for it."""
+        self._task.cancel()
+
+    async def wait(self) -> None:
+        """Wait until the task has stopped; the caller's own cancellation still goes through."""
+        await asyncio.wait([self._task])
+
+
+class Supervisor:
+    """Owns several tasks; ``restarted(kind)`` is called for every restart (for a counter)."""
+
+    def __init__(
+        self,
+        restarted: Callable[[str], None] = _uncounted,
+        policy: RestartPolicy | None = None,
+    ) -> None:
+        self._restarted = restarted
+        self._policy = policy or RestartPolicy()
+        self._tasks: dict[Supervised, None] = {}  # ordered, and quick to remove one from
+
+    def start(
+        self,
+        kind: str,
+        run: Callable[[], Awaitable[None]],
+        name: str | None = None,
+        restart: bool = True,
+    ) -> Supervised:
+        """Start ``run()`` as a task; with ``restart``, start it again each time it crashes.
+
+        ``kind`` says what the task is (the restart counter's label); ``name``,
+        which defaults to it, tells one task of that kind from another in logs.
+        """
+        task = Supervised(kind, name or kind, run, restart, self._policy, self._restarted)
+        self._tasks[task] = None
+        return task
+
+    @contextlib.asynccontextmanager
+    async def running(
+        self, kind: str, run: Callable[[], Awaitable[None]], name: str | None = None
+    ) -> AsyncIterator[Supervised]:
+        """Start a task that must live for the block, and stop it at the block's end."""
+        task = self.start(kind, run, name)
+        try:
+            yield task
+        finally:
+            await self.stop([task])
+
+    def dead(self) -> list[str]:
+        """The names of the tasks that cannot go on, in start order."""
+        # tuple() copies the keys in one step: the agent's health thread calls this
+        return [task.name for task in tuple(self._tasks) if task.dead]
+
+    async def stop(self, tasks: Iterable[Supervised]) -> None:
+        """Cancel ``tasks`` in this order, wait for them all, and forget them."""
+        stopping = list(tasks)
+        for task in stopping:
+            task.cancel()
+            self._tasks.pop(task, None)
+        for task in stopping:
+            await task.wait()
+
+    async def close(self) -> None:
+        """Stop every task, the last started first, each one awaited before the next."""
+        for task in reversed(tuple(self._tasks)):
+            await self.stop([task])
+
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
 @contextlib.asynccontextmanager
-async def owned(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
-    """Run a task that should live as long as the block; log at once if it crashes."""
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_ended)
+async def owned(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[Supervised]:
+    """Run a task that should live as long as the block, without restarts.
+
+    A crash is logged at once, with its traceback.
+    """
     try:
-        yield task
+        async with Supervisor() as tasks:
+            yield tasks.start(name, lambda: coro, restart=False)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-def _ended(task: asyncio.Task[None]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None:
-        log.error("task %r crashed", task.get_name(), exc_info=error)
-    else:
-        log.warning("task %r ended, but it should run until shutdown", task.get_name())
+        coro.close()  # a task cancelled before its first step never started the coroutine

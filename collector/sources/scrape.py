@@ -3,7 +3,9 @@
 Failure policy: a scrape that fails (connect, timeout, HTTP status, size, parse)
 changes nothing in the store; the target's previous good batch stays until it is
 ``stale_after`` old, then the store forgets it. A target that discovery drops is
-forgotten at once, after its loop has stopped.
+forgotten at once, after its loop has stopped. A fault of ours after a good
+scrape (the store, our own metrics) ends the loop's run; its supervisor logs it
+and starts the loop again.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from collector.batch import Source
+from collector.batch import Batch, Source
 from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.targets import Target
 from collector.store import Store
 from core.content import OPENMETRICS_CONTENT_TYPE
+from core.tasks import Supervised, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ class ScrapeLoop:
         self._failing = False
 
     async def run(self) -> None:
-        """Scrape forever; every error is recorded, none ends the loop."""
+        """Scrape forever; every scrape error is recorded, none ends the loop."""
         interval = self._config.interval
         offset = zlib.crc32(self.target.key.encode()) % 1000 / 1000 * interval
         next_at = time.monotonic() + offset
@@ -116,29 +119,38 @@ class ScrapeLoop:
                 next_at += (now - next_at) // interval * interval + interval
 
     async def scrape_once(self) -> None:
-        """Scrape now and record the outcome."""
+        """Scrape now and record the outcome.
+
+        Only the scrape itself is guarded: a fault past it (the store, our own
+        metrics) is ours, not the target's, so it leaves the loop for the
+        supervisor, which logs it, counts it and starts the loop again.
+        """
         started = time.monotonic()
         try:
-            body, openmetrics = await fetch(
-                self._session, self.target.url, self._config.timeout, self._config.body_limit
-            )
-            try:
-                batch = self._normaliser.normalise(body, openmetrics)
-            except ValueError as exc:
-                raise ScrapeError("parse", str(exc)) from None
+            batch = await self._scrape()
         except ScrapeError as exc:
             self._fail(exc.reason, str(exc), started)
+            return
         except Exception:
             log.exception("scrape of %s failed unexpectedly", self.target.name)
             self._fail("internal", "internal error", started)
-        else:
-            self._store.put(self.source, batch, time.monotonic())
-            self._metrics.scraped(self.source, time.monotonic() - started, batch, time.time())
-            if self._failing:
-                log.info("target %s (node %s) recovered", self.target.name, self.target.node)
-            self._failing = False
+            return
         finally:
             self.tried = True
+        self._store.put(self.source, batch, time.monotonic())
+        self._metrics.scraped(self.source, time.monotonic() - started, batch, time.time())
+        if self._failing:
+            log.info("target %s (node %s) recovered", self.target.name, self.target.node)
+        self._failing = False
+
+    async def _scrape(self) -> Batch:
+        body, openmetrics = await fetch(
+            self._session, self.target.url, self._config.timeout, self._config.body_limit
+        )
+        try:
+            return self._normaliser.normalise(body, openmetrics)
+        except ValueError as exc:
+            raise ScrapeError("parse", str(exc)) from None
 
     def _fail(self, reason: str, message: str, started: float) -> None:
         self._metrics.failed(self.source, time.monotonic() - started, reason)
@@ -154,7 +166,11 @@ class ScrapeLoop:
 
 
 class ScrapeManager:
-    """Owns one :class:`ScrapeLoop` task per target, reconciled on each discovery update."""
+    """Owns one :class:`ScrapeLoop` per target, reconciled on each discovery update.
+
+    Each loop is a task of ``tasks``, of the kind ``scrape`` (one restart
+    counter for all targets), named for its target in logs and health.
+    """
 
     def __init__(
         self,
@@ -162,13 +178,15 @@ class ScrapeManager:
         store: Store,
         metrics: SelfMetrics,
         config: ScrapeConfig,
+        tasks: Supervisor,
     ) -> None:
         self._session = session
         self._store = store
         self._metrics = metrics
         self._config = config
+        self._tasks = tasks
         self._by_provider: dict[str, frozenset[Target]] = {}
-        self._loops: dict[Target, tuple[ScrapeLoop, asyncio.Task[None]]] = {}
+        self._loops: dict[Target, tuple[ScrapeLoop, Supervised]] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -190,7 +208,7 @@ class ScrapeManager:
             added = [t for t in wanted if t not in self._loops]
             for target in added:
                 loop = ScrapeLoop(target, self._session, self._store, self._metrics, self._config)
-                task = asyncio.create_task(loop.run(), name=f"scrape {target.name}")
+                task = self._tasks.start("scrape", loop.run, name=f"scrape {target.name}")
                 self._loops[target] = (loop, task)
             if gone or added:
                 log.info(
@@ -204,10 +222,7 @@ class ScrapeManager:
             await self._stop(list(self._loops))
 
     async def _stop(self, targets: list[Target]) -> None:
-        tasks = [self._loops[t][1] for t in targets]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.stop(self._loops[t][1] for t in targets)
         for target in targets:
             loop, _ = self._loops.pop(target)
             self._store.remove(target.key)
