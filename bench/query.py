@@ -90,7 +90,7 @@ from collector.batch import Source
 from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
 from collector.promql.query import instant_query, range_query
-from collector.promql.values import RangeSeries, Sample
+from collector.promql.values import Element, RangeSeries
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.store import Store
@@ -413,7 +413,7 @@ def encode_series(
 ) -> bytes:
     """One ``TimeSeries`` field of a ``WriteRequest``: labels, then samples oldest first.
 
-    ``tails`` caches, per timestamp, the end of a ``Sample`` field after its value;
+    ``tails`` caches, per timestamp, the end of a ``Element`` field after its value;
     every ``tails`` entry must have the same length (timestamps of one era).
     """
     n = len(values)
@@ -599,7 +599,7 @@ def from_ours(result: Any, at: float) -> Answer:
     """Our evaluator's answer as series -> points."""
     out: Answer = {}
     for s in result:
-        if isinstance(s, Sample):
+        if isinstance(s, Element):
             out[_key(s.labels)] = [(at, s.value)]
         elif isinstance(s, RangeSeries):
             out[_key(s.labels)] = list(s.points)

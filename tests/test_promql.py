@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pytest
 
 from collector.promql.query import instant_query, range_query
-from collector.promql.values import QueryError, RangeSeries, Sample, Scalar, String
+from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
 from collector.tsdb.series import STALE, Matcher, SeriesData
 
 
@@ -91,7 +91,7 @@ def vec(query: str, db: MemoryStorage, at: float = T, **kw: float) -> dict[Key, 
     assert isinstance(result, list)
     out: dict[Key, float] = {}
     for s in result:
-        assert isinstance(s, Sample)
+        assert isinstance(s, Element)
         out[frozenset(s.labels.items())] = s.value
     assert len(out) == len(result)
     return out
@@ -100,7 +100,7 @@ def vec(query: str, db: MemoryStorage, at: float = T, **kw: float) -> dict[Key, 
 def ordered(query: str, db: MemoryStorage, at: float = T) -> list[tuple[dict[str, str], float]]:
     result = instant_query(query, at, db)
     assert isinstance(result, list)
-    return [(s.labels, s.value) for s in result if isinstance(s, Sample)]
+    return [(s.labels, s.value) for s in result if isinstance(s, Element)]
 
 
 def L(**labels: str) -> Key:  # a label set
@@ -525,7 +525,7 @@ def test_range_query_reads_each_selector_once(db: MemoryStorage) -> None:
     ranged = range_query("rate(req_total[1m])", 300, 450, 150, db)
     for series in ranged:
         for t, v in series.points:
-            assert instant_query("rate(req_total[1m])", t, db) == [Sample(series.labels, v)]
+            assert instant_query("rate(req_total[1m])", t, db) == [Element(series.labels, v)]
     assert [s.labels for s in ranged] == [{"path": "/a"}]
     assert [t for t, _ in ranged[0].points] == [300.0, 450.0]
     assert [v for _, v in ranged[0].points] == pytest.approx([2 / 3, 2 / 3])

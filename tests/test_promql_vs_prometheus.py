@@ -26,7 +26,7 @@ from helpers import prometheus_tool, real_prometheus
 from test_promql import MemoryStorage
 
 from collector.promql.query import instant_query, range_query
-from collector.promql.values import QueryError, RangeSeries, Sample, Scalar, String
+from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
 SPAN = 40 * 60
@@ -290,7 +290,7 @@ def ours(result: Any, at: float) -> tuple[str, list[Series]]:
     if isinstance(result, String):
         return "string", [((("string", result.value),), [(at, 0.0)])]
     assert isinstance(result, list)
-    if all(isinstance(s, Sample) for s in result):
+    if all(isinstance(s, Element) for s in result):
         return "vector", [(key(s.labels), [(at, s.value)]) for s in result]
     assert all(isinstance(s, RangeSeries) for s in result)
     return "matrix", [(key(s.labels), list(s.points)) for s in result]

@@ -27,7 +27,7 @@ from .deadline import Deadline
 from .evaluate import Evaluator
 from .plan import MatrixNode, Node, StringNode, compile_query
 from .select import prefetch
-from .values import Labels, Matrix, QueryError, RangeSeries, Sample, Scalar, String, Vector
+from .values import Element, Labels, Matrix, QueryError, RangeSeries, Scalar, String, Vector
 
 MAX_POINTS_PER_SERIES = 11000
 
@@ -56,7 +56,7 @@ def instant_query(
             RangeSeries(dict(labels), [(t / 1000, v) for t, v in zip(times, values, strict=True)])
             for labels, times, values in ev.selection.matrix(root, ts)
         ]
-    return [Sample(dict(labels), v) for labels, v in ev.vector(root, ts)]
+    return [Element(dict(labels), v) for labels, v in ev.vector(root, ts)]
 
 
 def range_query(

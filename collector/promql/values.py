@@ -29,14 +29,14 @@ StepMatrix = list[tuple[Labels, list[int], list[float]]]
 
 
 @dataclass(slots=True)
-class Sample:
+class Element:
     """One element of an instant vector; its timestamp is the evaluation time."""
 
     labels: dict[str, str]
     value: float
 
 
-Vector = list[Sample]
+Vector = list[Element]
 
 
 @dataclass(slots=True)
