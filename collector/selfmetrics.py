@@ -60,7 +60,7 @@ class SelfMetrics:
         )
         self.dropped = Counter(
             _PREFIX + "dropped_samples",
-            "Samples of denied or unmappable families, and pushed regions without a live owner.",
+            "Samples of denied or unmappable families, and readings of pushed regions without a live owner.",
             registry=r,
         )
         self.refused = Counter(
