@@ -34,7 +34,7 @@ class Family:
 
     name: str
     help: str
-    kind: str = "gauge"
+    type: str = "gauge"
 
 
 CONTAINER_MEMORY = "hami_container_device_memory_bytes"

@@ -82,10 +82,10 @@ def render_lines(items: Iterable[tuple[bytes, float]], node: str) -> bytes:
     return b"".join(out)
 
 
-def render_header(name: str, kind: str, help_text: str, openmetrics: bool) -> bytes:
+def render_header(name: str, metric_type: str, help_text: str, openmetrics: bool) -> bytes:
     """Render one family's HELP and TYPE lines."""
-    if openmetrics and kind != "gauge":
-        kind = "unknown"
-    elif not openmetrics and kind not in ("gauge", "counter", "untyped"):
-        kind = "untyped"
-    return f"# HELP {name} {escape_help(help_text, openmetrics)}\n# TYPE {name} {kind}\n".encode()
+    if openmetrics and metric_type != "gauge":
+        metric_type = "unknown"
+    elif not openmetrics and metric_type not in ("gauge", "counter", "untyped"):
+        metric_type = "untyped"
+    return f"# HELP {name} {escape_help(help_text, openmetrics)}\n# TYPE {name} {metric_type}\n".encode()

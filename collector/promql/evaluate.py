@@ -88,17 +88,17 @@ class Evaluator:
         if node.param is not None:
             param = (
                 string_literal(node.param)
-                if node.param.kind == "string"
+                if node.param.value_type == "string"
                 else self.scalar(node.param, ts)
             )
         return agg.aggregate(node.op, self.vector(node.expr, ts), keys, param)
 
     def _binary(self, node: BinaryNode, ts: int) -> StepVector:
-        if node.lhs.kind == "scalar":
+        if node.lhs.value_type == "scalar":
             out = binary.vector_scalar(
                 node, self.vector(node.rhs, ts), self.scalar(node.lhs, ts), swap=True
             )
-        elif node.rhs.kind == "scalar":
+        elif node.rhs.value_type == "scalar":
             out = binary.vector_scalar(
                 node, self.vector(node.lhs, ts), self.scalar(node.rhs, ts), swap=False
             )

@@ -20,7 +20,7 @@ from .floats import MATH_FUNCTIONS
 from .ranges import RANGE_FUNCTIONS
 from .values import QueryError, unsupported
 
-Kind = Literal["scalar", "vector", "matrix", "string"]
+ValueType = Literal["scalar", "vector", "matrix", "string"]
 
 AGGREGATIONS = frozenset(
     {
@@ -70,7 +70,7 @@ class NumberNode:
     """A number literal."""
 
     value: float
-    kind: Kind = "scalar"
+    value_type: ValueType = "scalar"
 
 
 @dataclass(eq=False, slots=True)
@@ -78,7 +78,7 @@ class StringNode:
     """A string literal."""
 
     value: str
-    kind: Kind = "string"
+    value_type: ValueType = "string"
 
 
 @dataclass(eq=False, slots=True)
@@ -87,7 +87,7 @@ class SelectorNode:
 
     matchers: tuple[Matcher, ...]
     offset_ms: int
-    kind: Kind = "vector"
+    value_type: ValueType = "vector"
 
 
 @dataclass(eq=False, slots=True)
@@ -96,7 +96,7 @@ class MatrixNode:
 
     selector: SelectorNode
     range_ms: int
-    kind: Kind = "matrix"
+    value_type: ValueType = "matrix"
 
 
 @dataclass(eq=False, slots=True)
@@ -104,7 +104,7 @@ class NegNode:
     """Unary minus."""
 
     expr: Node
-    kind: Kind
+    value_type: ValueType
 
 
 @dataclass(eq=False, slots=True)
@@ -119,7 +119,7 @@ class BinaryNode:
     on: bool
     matching: frozenset[str]
     include: tuple[str, ...]
-    kind: Kind
+    value_type: ValueType
 
 
 @dataclass(eq=False, slots=True)
@@ -131,7 +131,7 @@ class AggNode:
     param: Node | None
     without: bool
     grouping: tuple[str, ...]
-    kind: Kind = "vector"
+    value_type: ValueType = "vector"
 
 
 @dataclass(eq=False, slots=True)
@@ -144,7 +144,7 @@ class CallNode:
 
     name: str
     args: list[Node]
-    kind: Kind
+    value_type: ValueType
     regex: re.Pattern[str] | None = None
 
 
@@ -231,7 +231,7 @@ def _convert(expr: object) -> Node:
         raise unsupported("subquery")
     if isinstance(expr, pp.UnaryExpr):
         inner = _convert(expr.expr)
-        return NegNode(inner, inner.kind)
+        return NegNode(inner, inner.value_type)
     if isinstance(expr, pp.BinaryExpr):
         return _binary(expr)
     if isinstance(expr, pp.AggregateExpr):
@@ -269,7 +269,7 @@ def _binary(expr: pp.BinaryExpr) -> BinaryNode:
     if op not in ARITHMETIC | COMPARISON | SET_OPERATORS:
         raise unsupported(f"operator {op}")
     lhs, rhs = _convert(expr.lhs), _convert(expr.rhs)
-    kind: Kind = "vector" if "vector" in (lhs.kind, rhs.kind) else "scalar"
+    value_type: ValueType = "vector" if "vector" in (lhs.value_type, rhs.value_type) else "scalar"
     card: Card = "many-to-many" if op in SET_OPERATORS else "one-to-one"
     on = False
     matching: frozenset[str] = frozenset()
@@ -289,7 +289,7 @@ def _binary(expr: pp.BinaryExpr) -> BinaryNode:
             on = mod.matching.type == pp.LabelModifierType.Include
             matching = frozenset(mod.matching.labels)
         include = tuple(mod.group_labels or ())
-    return BinaryNode(op, lhs, rhs, return_bool, card, on, matching, include, kind)
+    return BinaryNode(op, lhs, rhs, return_bool, card, on, matching, include, value_type)
 
 
 def _aggregate(expr: pp.AggregateExpr) -> AggNode:
@@ -309,14 +309,14 @@ def _aggregate(expr: pp.AggregateExpr) -> AggNode:
 def _call(expr: pp.Call) -> CallNode:
     name = expr.func.name
     if name in SCALAR_FUNCTIONS:
-        kind: Kind = "scalar"
+        value_type: ValueType = "scalar"
     elif name in VECTOR_FUNCTIONS or name in RANGE_FUNCTIONS:
-        kind = "vector"
+        value_type = "vector"
     else:
         raise unsupported(f"function {name}")
     args = [_convert(a) for a in expr.args]
     regex = _label_regex(string_literal(args[4])) if name == "label_replace" else None
-    return CallNode(name, args, kind, regex)
+    return CallNode(name, args, value_type, regex)
 
 
 def _label_regex(text: str) -> re.Pattern[str] | None:

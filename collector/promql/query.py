@@ -47,7 +47,7 @@ def instant_query(
     root = compile_query(query)
     ts = _to_ms(time)
     ev = _prepare(root, storage, ts, ts, lookback, timeout)
-    if root.kind == "scalar":
+    if root.value_type == "scalar":
         return Scalar(ev.scalar(root, ts))
     if isinstance(root, StringNode):
         return String(root.value)
@@ -75,15 +75,15 @@ def range_query(
     start_ms, end_ms, step_ms = _to_ms(start), _to_ms(end), _to_ms(step)
     _check_steps(start_ms, end_ms, step_ms)
     root = compile_query(query)
-    if root.kind in ("matrix", "string"):
-        kind = "range vector" if root.kind == "matrix" else "string"
+    if root.value_type in ("matrix", "string"):
+        value_type = "range vector" if root.value_type == "matrix" else "string"
         raise QueryError(
             "bad_data",
-            f'invalid expression type "{kind}" for range query, must be Scalar or instant Vector',
+            f'invalid expression type "{value_type}" for range query, must be Scalar or instant Vector',
         )
     ev = _prepare(root, storage, start_ms, end_ms, lookback, timeout)
     steps = range(start_ms, end_ms + 1, step_ms)
-    if root.kind == "scalar":
+    if root.value_type == "scalar":
         return [RangeSeries({}, [(ts / 1000, ev.scalar(root, ts)) for ts in steps])]
     series: dict[Labels, list[tuple[float, float]]] = {}
     for ts in steps:

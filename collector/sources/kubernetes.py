@@ -185,21 +185,21 @@ class Watcher(Generic[T]):
             async for event in stream:
                 if not isinstance(event, dict) or "type" not in event:
                     raise ValueError(f"not a watch event: {str(event)[:80]!r}")
-                kind, obj = event["type"], event["raw_object"]
+                event_type, obj = event["type"], event["raw_object"]
                 version = obj["metadata"]["resourceVersion"]
                 events += 1
-                if kind == "BOOKMARK":
+                if event_type == "BOOKMARK":
                     continue
-                if kind not in ("ADDED", "MODIFIED", "DELETED"):
-                    log.warning("%s: ignoring unknown watch event %r", self.where, kind)
+                if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+                    log.warning("%s: ignoring unknown watch event %r", self.where, event_type)
                     continue
-                self._apply(kind, obj)
+                self._apply(event_type, obj)
                 self._changed()
         return version, events
 
-    def _apply(self, kind: str, obj: Object) -> None:
+    def _apply(self, event_type: str, obj: Object) -> None:
         uid = obj["metadata"]["uid"]
-        kept = None if kind == "DELETED" else self._keep(obj)
+        kept = None if event_type == "DELETED" else self._keep(obj)
         if kept is None:
             self.objects.pop(uid, None)
         else:

@@ -116,7 +116,7 @@ class MetricsPage:
                 or families.get(name)
                 or schema.Family(name, "", "untyped")
             )
-            parts.append(render_header(name, family.kind, family.help, openmetrics))
+            parts.append(render_header(name, family.type, family.help, openmetrics))
             parts.extend(c[name] for c in chunks if name in c)
         parts.extend(self._metrics.render(openmetrics))
         if openmetrics:

@@ -158,7 +158,7 @@ class PrometheusAPI:
         wanted = params.one("metric") if params.has("metric") else None
         out = {
             name: [
-                {"type": "unknown" if f.kind == "untyped" else f.kind, "help": f.help, "unit": ""}
+                {"type": "unknown" if f.type == "untyped" else f.type, "help": f.help, "unit": ""}
             ]
             for name, f in sorted(families.items())
             if wanted is None or name == wanted
