@@ -169,6 +169,7 @@ async def run(settings: AgentSettings, nvml_module: object = None) -> None:
     pusher = Pusher(settings.collector, token, backlog, settings.push_timeout)
     _push_metrics(sampler.registry, pusher)
     server = serve_health(*parse_listen(settings.listen), sampler.registry)
+    log.info("listening on http://%s:%d", *server.server_address[:2])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
