@@ -71,12 +71,12 @@ def _reserve(hosts: tuple[str, ...]) -> tuple[int, list[socket.socket]]:
 
 
 @asynccontextmanager
-async def serving(app: web.Application, port: int = 0) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1:``port`` (0: one the kernel picks) for the block; yield its URL."""
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve ``app`` on a 127.0.0.1 port the kernel picks, for the block; yield its URL."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
         host, bound = runner.addresses[0][:2]
         yield f"http://{host}:{bound}"
     finally:

@@ -408,6 +408,7 @@ def test_reads_are_consistent_while_a_writer_updates_under_the_seqlock(tmp_path:
             while not stop.is_set():
                 k += 1
                 values = mem(k, 2 * k + 1, 3 * k + 7)
+                # pause: yield mid-write, with the slot odd, so a reader can meet it torn
                 region.update_slot(0, used=[values, values], pause=lambda: time.sleep(0))
                 updates += 1
                 time.sleep(0.0002)  # a writer's pace: the reader must meet writes, not only one
