@@ -204,6 +204,7 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
     _push_metrics(sampler.registry, pusher)
     tasks = supervisor(sampler.registry)
     server = serve_health(*parse_listen(settings.listen), sampler.registry, tasks.dead)
+    log.info("listening on http://%s:%d", *server.server_address[:2])
     try:
         async with tasks:
             tasks.start("push", pusher.run)

@@ -41,7 +41,7 @@ from agent.app import Sampler
 from agent.fakenvml import FakeNvml
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
-from bench.push import cpu_seconds, free_port, memory_mib
+from bench.push import cpu_seconds, memory_mib
 from collector.demo.cluster import build_cluster
 
 CARDS = 8
@@ -187,8 +187,8 @@ async def measure(root: Path) -> dict[str, Any]:
     app.router.add_post("/api/v1/push", stub.push)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -205,7 +205,7 @@ async def measure(root: Path) -> dict[str, Any]:
         "--interval",
         str(INTERVAL),
         "--listen",
-        f"127.0.0.1:{free_port()}",
+        "127.0.0.1:0",
         "--log-level",
         "warning",
     )

@@ -7,7 +7,7 @@ within 100 ms.
 
 The real collector (``build_app`` with a :class:`StaticDirectory` of every
 simulated pod, ``push_auth=none``, no Kubernetes) runs in its own process on
-127.0.0.1 (``python -m bench.push serve PORT NODES``), so the load generator
+127.0.0.1 (``python -m bench.push serve NODES``), so the load generator
 (this process) does not share its core; its CPU time is read from
 ``/proc/<pid>/stat``. Every body is built and gzipped before any timing, as an
 agent would send it; each node's sequence grows with each round of bodies, so
@@ -272,12 +272,15 @@ def build_bodies(nodes: int, rounds: int, now: float) -> Bodies:
 # --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def loopback_socket() -> socket.socket:
+    """A socket bound to a loopback port the kernel picks, for a server to listen on.
+
+    Bound but not yet listening: the port is this process's from now on, unlike a
+    port that was free a moment ago.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def cpu_seconds(pid: int) -> float:
@@ -308,23 +311,35 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-def serve(port: int, nodes: int) -> None:
-    """Run the real collector on 127.0.0.1:``port``, every simulated pod in its directory."""
+def serve(nodes: int) -> None:
+    """Run the real collector on a loopback port, every simulated pod in its directory.
+
+    The port is printed first, alone on stdout, for :func:`run` to read.
+    """
     from aiohttp import web
 
     from collector.app import build_app
     from collector.settings import CollectorSettings
     from core import logs
 
+    sock = loopback_socket()
+    print(sock.getsockname()[1], flush=True)
     logs.setup("text", "warning")
     settings = CollectorSettings(
-        listen=f"127.0.0.1:{port}",
+        listen="127.0.0.1:0",
         kubernetes=False,
         push_auth="none",
         stale_after=3600.0,
     )
     app = build_app(settings, directory(nodes))
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    web.run_app(app, sock=sock, print=None, access_log=None)
+
+
+def _served_port(process: subprocess.Popen[bytes]) -> int:
+    """The port ``serve`` printed (ValueError if it exited first: its log says why)."""
+    assert process.stdout is not None
+    with process.stdout:
+        return int(process.stdout.readline())
 
 
 async def wait_healthy(
@@ -674,14 +689,14 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
     build_s = time.perf_counter() - started
     pull = pull_peer()
     push = push_peer(bodies)
-    port = free_port()
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.push", "serve", str(port), str(NODES)],
-            stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "bench.push", "serve", str(NODES)],
+            stdout=subprocess.PIPE,
             stderr=log,
         )
         try:
+            port = _served_port(process)
             load = asyncio.run(_load(port, process, bodies, fill_timeout))
             cpu_total = cpu_seconds(process.pid)
         except BaseException:
@@ -824,7 +839,7 @@ def table(result: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(int(sys.argv[2]), int(sys.argv[3]))
+        serve(int(sys.argv[2]))
     else:
         seconds = FILL_TIMEOUT
         if "--fill-seconds" in sys.argv:

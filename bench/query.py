@@ -66,6 +66,7 @@ import math
 import os
 import queue
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -84,7 +85,7 @@ from typing import IO, Any
 from aiohttp import web
 
 from bench.cluster import ROOT
-from bench.push import cpu_seconds, free_port, memory_mib, percentile, stop
+from bench.push import cpu_seconds, loopback_socket, memory_mib, percentile, stop
 from collector.app import SETTINGS, STORE, build_app
 from collector.batch import Source
 from collector.demo.cluster import build_cluster
@@ -431,12 +432,17 @@ def encode_series(
     return _field(1, labels + b"".join(parts))
 
 
+_LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+
+
 class Prometheus:
-    """A Prometheus 2.42 on a loopback port, its TSDB in a temporary folder."""
+    """A Prometheus 2.42 on a loopback port, its TSDB in a temporary folder.
+
+    It binds port 0; :meth:`wait_ready` reads the address it got from its log.
+    """
 
     def __init__(self, folder: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = ""
         config = folder / "prometheus.yml"
         config.write_text("")
         self.log = (folder / "prometheus.log").open("wb")
@@ -446,7 +452,7 @@ class Prometheus:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={folder / 'tsdb'}",
                 "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",
                 "--web.enable-remote-write-receiver",
             ],
             stdout=self.log,
@@ -460,12 +466,16 @@ class Prometheus:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {self.tail()}")
-            try:
-                with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            self.log.flush()
+            found = _LISTENING.search((self.folder / "prometheus.log").read_text(errors="replace"))
+            if found:
+                self.base = f"http://{found.group(1)}"
+                try:
+                    with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as resp:
+                        if resp.status == 200:
+                            return
+                except (urllib.error.URLError, OSError):
+                    pass
             time.sleep(0.2)
         raise RuntimeError(f"prometheus not ready within {STARTUP_TIMEOUT:g} s: {self.tail()}")
 
@@ -709,13 +719,13 @@ def _rest_routes(app: web.Application) -> str:
 
 
 async def serve_and_time(
-    app: web.Application, spec: dict[str, Any], port: int
+    app: web.Application, spec: dict[str, Any], sock: socket.socket
 ) -> tuple[dict[str, Any], str]:
-    """Serve ``app`` on 127.0.0.1:``port`` while the client process times ``spec``."""
+    """Serve ``app`` on ``sock`` (bound) while the client process times ``spec``."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.SockSite(runner, sock).start()
         process = await asyncio.create_subprocess_exec(
             *HELPER,
             "client",
@@ -774,7 +784,8 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
     began = time.perf_counter()
     now = float(math.floor(time.time()))
     start = now - SPAN
-    port = free_port()
+    sock = loopback_socket()  # bound now, so the port stays ours until the app serves on it
+    port = sock.getsockname()[1]
     settings = CollectorSettings(
         listen=f"127.0.0.1:{port}",
         kubernetes=False,
@@ -840,7 +851,7 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
                 targets.append(["rest_nodes", ours_base, "/api/v1/nodes"])
             spec: dict[str, Any] = {"targets": targets, "budget": asdict(budget), "out": folder}
             gc.collect()
-            http_times, _ = asyncio.run(serve_and_time(app, spec, port))
+            http_times, _ = asyncio.run(serve_and_time(app, spec, sock))
             phase("http")
             bodies = {
                 name: Path(folder, f"{name}.json").read_bytes() for name, _, _ in spec["targets"]

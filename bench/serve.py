@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -37,6 +36,7 @@ import aiohttp
 from aiohttp import web
 
 from bench.cluster import HAMI, ROOT, warm
+from bench.push import loopback_socket
 from bench.timing import median
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings
@@ -49,23 +49,14 @@ ROUNDS = 4
 CHUNK = 256 << 10
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def serving(app: web.Application) -> AsyncIterator[int]:
-    """Serve ``app`` on a free loopback port for the block; yield the port."""
-    port = free_port()
+    """Serve ``app`` on a loopback port the kernel picks for the block; yield the port."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
     try:
+        await web.SockSite(runner, loopback_socket()).start()
+        port: int = runner.addresses[0][1]
         yield port
     finally:
         await runner.cleanup()

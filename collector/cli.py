@@ -7,8 +7,10 @@ made from the model itself, so flags, env vars and the file cannot drift apart.
 from __future__ import annotations
 
 import argparse
+import logging
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -19,6 +21,8 @@ from core import logs
 from core.settings import add_model_flags, load_settings, parse_listen
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
+
+log = logging.getLogger(__name__)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,10 +57,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    host, port = parse_listen(settings.listen)
+    sockets = _bind(*parse_listen(settings.listen))
     try:
-        web.run_app(build_app(settings), host=host, port=port, print=None)
+        web.run_app(build_app(settings), sock=sockets, print=_announce(sockets))
     except StartupError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 2
+    finally:
+        for sock in sockets:
+            sock.close()
     return 0
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Bind every address ``host`` names on ``port``, as aiohttp would; listen comes later.
+
+    Binding here rather than in aiohttp lets the log say which port ``--listen
+    HOST:0`` was given. Like aiohttp: SO_REUSEADDR, and IPv6 sockets IPv6 only.
+    """
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _announce(sockets: list[socket.socket]) -> Callable[[str], None]:
+    """Say each bound address in the log once serving starts, instead of aiohttp's banner."""
+
+    def announce(banner: str) -> None:
+        for sock in sockets:
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
+            log.info("listening on http://%s:%d", shown, port)
+
+    return announce

@@ -462,7 +462,7 @@ class FakeKube:
     async def _token_review(self, request: web.Request) -> web.StreamResponse:
         """Review a token like kube-apiserver: 201 with the verdict in ``status``."""
         self.token_reviews += 1
-        await asyncio.sleep(self.token_review_delay)
+        await asyncio.sleep(self.token_review_delay)  # a slow apiserver, when a test sets one
         try:
             spec = (await request.json())["spec"]
             token, wanted = spec.get("token") or "", list(spec.get("audiences") or [])

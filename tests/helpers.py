@@ -1,10 +1,18 @@
-"""Test helpers: run the real collector app in-process on loopback."""
+"""Test helpers: run the real collector app in-process on loopback, our programs and a real
+Prometheus beside it, and wait for conditions.
+
+No helper picks a port that "was free a moment ago": servers bind port 0 and the port
+they got is read back (from aiohttp, or from the log line a program writes).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -17,16 +25,62 @@ import yaml
 from aiohttp import web
 
 from collector.app import build_app
+from collector.demo.monitors import MonitorFarm
+from collector.demo.run import write_targets
 from collector.settings import CollectorSettings
 from collector.sources.pods import PodDirectory
 
+RESERVE_TRIES = 5
+"""Fresh ports tried before :func:`reserved_port` gives up finding one free on every host."""
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago on ``host``."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+
+@contextmanager
+def reserved_port(*hosts: str) -> Iterator[int]:
+    """Hold one port on ``hosts`` (default 127.0.0.1) for the block; yield it.
+
+    For a server that must stop and start again at the same address. Each host's
+    socket is bound with SO_REUSEADDR and never listens: on Linux a server that sets
+    SO_REUSEADDR too (aiohttp, socketserver, the collector, Go) may bind and listen on
+    the port meanwhile, and connections are refused while it is down, but no other bind
+    takes the port and bind(0) never hands it out.
+    """
+    port, held = _reserve(hosts or ("127.0.0.1",))
+    try:
+        yield port
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _reserve(hosts: tuple[str, ...]) -> tuple[int, list[socket.socket]]:
+    for _ in range(RESERVE_TRIES):
+        held: list[socket.socket] = []
+        try:
+            port = 0
+            for host in hosts:
+                sock = socket.socket()
+                held.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+                port = sock.getsockname()[1]
+            return port, held
+        except OSError:  # the port the first host got is taken on another: try a new one
+            for sock in held:
+                sock.close()
+    raise AssertionError(f"no port free on all of {hosts} in {RESERVE_TRIES} tries")
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve ``app`` on a 127.0.0.1 port the kernel picks, for the block; yield its URL."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, bound = runner.addresses[0][:2]
+        yield f"http://{host}:{bound}"
+    finally:
+        await runner.cleanup()
 
 
 @asynccontextmanager
@@ -36,17 +90,21 @@ async def running_collector(**overrides: object) -> AsyncIterator[tuple[str, web
     ``pods=`` (a PodDirectory) attributes pushed regions without Kubernetes.
     """
     pods = cast(PodDirectory | None, overrides.pop("pods", None))
-    port = free_port()
-    settings = CollectorSettings(listen=f"127.0.0.1:{port}", **overrides)  # type: ignore[arg-type]
+    settings = CollectorSettings(listen="127.0.0.1:0", **overrides)  # type: ignore[arg-type]
     app = build_app(settings, pods)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, app
+
+
+@asynccontextmanager
+async def scraping_collector(
+    farm: MonitorFarm, folder: Path, **overrides: object
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """The collector scraping ``farm`` through a targets file in ``folder``, without Kubernetes."""
+    targets = folder / "targets.json"
+    write_targets(targets, farm)
+    async with running_collector(kubernetes=False, targets_file=targets, **overrides) as running:
+        yield running
 
 
 async def eventually(
@@ -60,6 +118,84 @@ async def eventually(
         await asyncio.sleep(0.05)
 
 
+async def holds(value: bool) -> bool:
+    """``value``, awaitable: for :func:`eventually` on a plain condition (``lambda: holds(x)``)."""
+    return value
+
+
+_LISTENING = re.compile(r"listening on (http://[^\s\"]+)")
+
+
+class Program:
+    """One of our programs (``python -m MODULE ARGS``) in a child process, its stderr kept.
+
+    A reader thread keeps the pipe drained (the program never blocks on its log) and
+    notes the first ``listening on URL`` line: the address the program really got.
+    """
+
+    def __init__(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.args = args
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._url: str | None = None
+        self._said = threading.Event()
+        self._reader = threading.Thread(target=self._read, name=f"{args[0]} stderr", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            found = _LISTENING.search(line)
+            if found and self._url is None:
+                self._url = found.group(1)
+                self._said.set()
+        self._said.set()  # it exited without saying where: url() fails at once
+        self.process.stderr.close()
+
+    @property
+    def stderr(self) -> str:
+        """What the program has written to stderr so far."""
+        return "".join(self.lines)
+
+    async def url(self, timeout: float = 30.0) -> str:
+        """The URL the program says it listens on; fail if it exits or stays silent first."""
+        await asyncio.to_thread(self._said.wait, timeout)
+        if self._url is None:
+            raise AssertionError(
+                f"{' '.join(self.args)} did not say where it listens:\n{self.stderr}"
+            )
+        return self._url
+
+    def stop(self) -> int:
+        """SIGTERM (SIGKILL after 15 s); return the exit status once stderr is read to its end."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._reader.join(5)
+        return self.process.returncode
+
+
+@contextmanager
+def program(*args: str, env: Mapping[str, str] | None = None) -> Iterator[Program]:
+    """Run :class:`Program` ``args`` for the block; it is stopped at the end."""
+    running = Program(*args, env=env)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "prometheus" / "usr" / "bin"
 
 
@@ -71,33 +207,34 @@ def prometheus_tool(name: str) -> Path:
     return path
 
 
+_PROMETHEUS_LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+PROMETHEUS_START_TIMEOUT = 30.0
+
+
 @contextmanager
 def real_prometheus(
     work: Path, config: Mapping[str, Any], tsdb: Path | None = None
 ) -> Iterator[str]:
-    """A real Prometheus on a loopback port with ``config``, ready; stopped at the end."""
-    port = free_port()
+    """A real Prometheus on a loopback port with ``config``, ready; stopped at the end.
+
+    It binds port 0 and logs the address it got, which is read from its log.
+    """
     (work / "prometheus.yml").write_text(yaml.safe_dump(dict(config)))
-    log = (work / "prometheus.log").open("wb")
+    log_path = work / "prometheus.log"
+    log = log_path.open("wb")
     process = subprocess.Popen(
         [
             prometheus_tool("prometheus"),
             f"--config.file={work / 'prometheus.yml'}",
             f"--storage.tsdb.path={tsdb or work / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.listen-address=127.0.0.1:0",
             "--storage.tsdb.retention.time=100y",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while not _ready(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"prometheus did not start: {(work / 'prometheus.log').read_text()}")
-            time.sleep(0.1)
-        yield url
+        yield _wait_ready(process, log_path)
     finally:
         process.terminate()
         try:
@@ -106,6 +243,19 @@ def real_prometheus(
             process.kill()
             process.wait(10)
         log.close()
+
+
+def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
+    """Poll the log for the address, then ``/-/ready``; fail if it exits or takes too long."""
+    deadline = time.monotonic() + PROMETHEUS_START_TIMEOUT
+    while True:
+        found = _PROMETHEUS_LISTENING.search(log_path.read_text(errors="replace"))
+        url = f"http://{found.group(1)}" if found else None
+        if url is not None and _ready(url):
+            return url
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"prometheus did not start: {log_path.read_text(errors='replace')}")
+        time.sleep(0.1)  # a bounded poll, as in eventually(): this helper is synchronous
 
 
 def _ready(url: str) -> bool:

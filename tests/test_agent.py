@@ -7,12 +7,13 @@ import gzip
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from aiohttp import web
-from helpers import eventually, free_port
+from helpers import eventually, holds, reserved_port
 
 from agent.app import Sampler, regions
 from agent.fakenvml import FakeNvml
@@ -102,10 +103,10 @@ def test_backlog_drops_the_oldest_past_its_age_or_size() -> None:
 class FakeCollector:
     """Records pushed sequences; can be down (connection refused) or answer a chosen status."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int) -> None:
         self.received: list[int] = []
         self.status = 204
-        self.port = free_port()
+        self.port = port
         self._runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -127,6 +128,13 @@ class FakeCollector:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+@pytest.fixture
+def collector() -> Iterator[FakeCollector]:
+    """A fake collector on a port held for the test: it goes down and comes back there."""
+    with reserved_port() as port:
+        yield FakeCollector(port)
 
 
 @asynccontextmanager
@@ -151,40 +159,39 @@ def payload(seq: int) -> Payload:
     return Payload(node="node-a", agent="a1", sequence=seq, time=1_900_000_000 + seq, nvml=False)
 
 
-async def test_an_outage_is_replayed_in_order_without_a_gap() -> None:
-    collector = FakeCollector()
+async def test_an_outage_is_replayed_in_order_without_a_gap(collector: FakeCollector) -> None:
     await collector.up()
     async with pushing(collector) as pusher:
         pusher.submit(payload(0))
-        await eventually(lambda: _is(collector.received == [0]), 5, "first push")
+        await eventually(lambda: holds(collector.received == [0]), 5, "first push")
         await collector.down()
-        for seq in range(1, 20):
+        pusher.submit(payload(1))
+        await eventually(
+            lambda: holds(pusher.stats.failed > 0), 5, "a push to the absent collector"
+        )
+        for seq in range(2, 20):
             pusher.submit(payload(seq))  # never blocks while the collector is away
-            await asyncio.sleep(0.01)
         assert len(pusher.backlog) >= 18
         assert pusher.stats.failed > 0
         await collector.up()
-        await eventually(lambda: _is(len(pusher.backlog) == 0), 10, "backlog drained")
+        await eventually(lambda: holds(len(pusher.backlog) == 0), 10, "backlog drained")
         assert collector.received == list(range(20))
 
 
-async def test_refused_for_good_is_dropped_and_the_rest_goes_on() -> None:
-    collector = FakeCollector()
+async def test_refused_for_good_is_dropped_and_the_rest_goes_on(
+    collector: FakeCollector,
+) -> None:
     await collector.up()
     async with pushing(collector) as pusher:
         collector.status = 400
         pusher.submit(payload(0))
-        await eventually(lambda: _is(pusher.stats.refused == 1), 5, "refused")
+        await eventually(lambda: holds(pusher.stats.refused == 1), 5, "refused")
         collector.status = 429
         pusher.submit(payload(1))
-        await eventually(lambda: _is(pusher.stats.failed >= 2), 5, "retried under 429")
+        await eventually(lambda: holds(pusher.stats.failed >= 2), 5, "retried under 429")
         assert len(pusher.backlog) == 1, "429 keeps the snapshot"
         collector.status = 204
-        await eventually(lambda: _is(collector.received == [1]), 5, "sent after 429")
-
-
-async def _is(value: bool) -> bool:
-    return value
+        await eventually(lambda: holds(collector.received == [1]), 5, "sent after 429")
 
 
 def test_hami_agent_sample_prints_the_snapshot(tmp_path: Path) -> None:

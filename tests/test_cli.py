@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
-from helpers import free_port
+from helpers import program
 
 from agent.settings import AgentSettings
 from collector.cli import ENV_PREFIX, main, parser
@@ -105,36 +104,15 @@ def test_python_dash_m_is_the_same_program() -> None:
     assert "--nodes" in bad.stderr
 
 
-def test_serve_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "collector",
-            "serve",
-            "--no-kubernetes",
-            f"--listen=127.0.0.1:{port}",
-            "--log-format=json",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-                    assert resp.status == 200
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-    finally:
-        process.terminate()
-        _, err = process.communicate(timeout=20)
-    assert process.returncode == 0, err
+async def test_serve_starts_and_stops_on_sigterm() -> None:
+    args = ("collector", "serve", "--no-kubernetes", "--listen=127.0.0.1:0", "--log-format=json")
+    with program(*args) as serve:
+        url = await serve.url()
+        assert url.startswith("http://127.0.0.1:")
+        assert not url.endswith(":0"), "the log names the port it was given"
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/healthz") as resp:
+            assert resp.status == 200
+        assert serve.stop() == 0, serve.stderr
 
 
 def test_the_readme_documents_every_setting() -> None:
@@ -148,7 +126,7 @@ def test_the_readme_documents_every_setting() -> None:
 
 def test_no_kubernetes_configuration_is_a_clear_start_error(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing")}
-    result = run("serve", f"--listen=127.0.0.1:{free_port()}", env=env)
+    result = run("serve", "--listen=127.0.0.1:0", env=env)
     assert result.returncode == 2
     assert "cannot start: no Kubernetes configuration" in result.stderr
     assert "--no-kubernetes" in result.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +29,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 SEL = "app.kubernetes.io/name=hami-monitor"
 MON = {"app.kubernetes.io/name": "hami-monitor"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeKube]:
-    async with FakeKube() as fk:
-        yield fk
-    assert fk.open_watches == 0
-
-
-@pytest.fixture
-async def v1(fake: FakeKube, tmp_path: Path) -> AsyncIterator[Any]:
-    path = tmp_path / "kubeconfig"
-    fake.write_kubeconfig(path)
-    cfg = Configuration()
-    await config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    async with ApiClient(cfg) as api:
-        yield CoreV1Api(api)
 
 
 async def list_body(v1: Any, namespace: str | None = None, **kw: Any) -> JSON:
@@ -309,7 +291,7 @@ async def test_request_timeout_number_is_total_not_idle(fake: FakeKube, v1: Any)
 
     async def bookmarks() -> None:
         for _ in range(20):
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the load under test: a bookmark every 0.1 s keeps it busy
             fake.send_bookmarks()
 
     kw: dict[str, Any] = {"allow_watch_bookmarks": True, "timeout_seconds": 2}
@@ -323,21 +305,11 @@ async def test_request_timeout_number_is_total_not_idle(fake: FakeKube, v1: Any)
 # -- ResourceClaims and TokenReviews ----------------------------------------------------
 
 
-@pytest.fixture
-async def api(fake: FakeKube, tmp_path: Path) -> AsyncIterator[ApiClient]:
-    path = tmp_path / "kubeconfig"
-    fake.write_kubeconfig(path)
-    cfg = Configuration()
-    await config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    async with ApiClient(cfg) as client:
-        yield client
-
-
-async def test_claims_list(fake: FakeKube, api: ApiClient) -> None:
+async def test_claims_list(fake: FakeKube, kube_client: ApiClient) -> None:
     pod = fake.add_pod(make_pod("w", namespace="ml"))
     fake.add_claim(make_claim("c1", "ml", uid="claim-1", reserved_for=[pod]))
     fake.add_claim(make_claim("c2", "other"))
-    res: Any = ResourceV1Api(api)  # Any: _preload_content=False changes the return type
+    res: Any = ResourceV1Api(kube_client)  # Any: _preload_content=False changes the return type
     resp = await res.list_resource_claim_for_all_namespaces(_preload_content=False)
     async with resp:
         body = json.loads(await resp.read())
@@ -366,8 +338,10 @@ async def test_claims_list(fake: FakeKube, api: ApiClient) -> None:
             await anext(aiter(stream))
 
 
-async def test_claims_watch_shares_versions_with_pods(fake: FakeKube, api: ApiClient) -> None:
-    res, core = ResourceV1Api(api), CoreV1Api(api)
+async def test_claims_watch_shares_versions_with_pods(
+    fake: FakeKube, kube_client: ApiClient
+) -> None:
+    res, core = ResourceV1Api(kube_client), CoreV1Api(kube_client)
     rv = fake.resource_version
     kw: dict[str, Any] = {"resource_version": rv, "timeout_seconds": 5, "_request_timeout": 10}
 
@@ -408,9 +382,9 @@ def review(token: str, *audiences: str) -> V1TokenReview:
     return V1TokenReview(spec=V1TokenReviewSpec(token=token, audiences=list(audiences) or None))
 
 
-async def test_token_review(fake: FakeKube, api: ApiClient) -> None:
+async def test_token_review(fake: FakeKube, kube_client: ApiClient) -> None:
     agent = fake.add_pod(make_pod("agent", namespace="hami-system", node="node-a", uid="p-1"))
-    auth: Any = AuthenticationV1Api(api)
+    auth: Any = AuthenticationV1Api(kube_client)
     token = fake.issue_token(agent, "hami-usage-agent")
     answer = await auth.create_token_review(review(token, "hami-usage-collector", "other"))
     assert (answer.kind, answer.spec.token) == ("TokenReview", token)
@@ -449,12 +423,14 @@ async def test_token_review(fake: FakeKube, api: ApiClient) -> None:
     assert fake.token_reviews == 8
 
 
-async def test_token_review_needs_credentials_and_a_token(fake: FakeKube, api: ApiClient) -> None:
+async def test_token_review_needs_credentials_and_a_token(
+    fake: FakeKube, kube_client: ApiClient
+) -> None:
     async with ApiClient(Configuration(host=fake.base_url)) as anonymous:
         with pytest.raises(ApiException) as err:
             await AuthenticationV1Api(anonymous).create_token_review(review("t"))
     assert err.value.status == 401
     with pytest.raises(ApiException) as err:
-        await AuthenticationV1Api(api).create_token_review(review(""))
+        await AuthenticationV1Api(kube_client).create_token_review(review(""))
     assert err.value.status == 400
     assert fake.token_reviews == 1  # the anonymous request never reached the review

@@ -409,9 +409,10 @@ def test_reads_are_consistent_while_a_writer_updates_under_the_seqlock(tmp_path:
             while not stop.is_set():
                 k += 1
                 values = mem(k, 2 * k + 1, 3 * k + 7)
+                # pause: yield mid-write, with the slot odd, so a reader can meet it torn
                 region.update_slot(0, used=[values, values], pause=lambda: time.sleep(0))
                 updates += 1
-                time.sleep(0.0002)
+                time.sleep(0.0002)  # a writer's pace: the reader must meet writes, not only one
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
@@ -434,10 +435,20 @@ def test_reads_are_consistent_while_a_writer_updates_under_the_seqlock(tmp_path:
     )
 
 
-def test_a_slot_held_odd_briefly_is_retried_to_the_finished_values(tmp_path: Path) -> None:
+def test_a_slot_held_odd_briefly_is_retried_to_the_finished_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "r.cache"
     _two_slot_region(path)
     result: list[hamicore.RegionUsage | BaseException] = []
+    retrying = threading.Event()
+    reread = hamicore._read_slot_locked
+
+    def noted(*args: Any) -> tuple[tuple[int, ...], int]:
+        retrying.set()  # the reader found the slot odd and re-reads it alone
+        return reread(*args)
+
+    monkeypatch.setattr(hamicore, "_read_slot_locked", noted)
 
     def reader() -> None:
         try:
@@ -452,7 +463,7 @@ def test_a_slot_held_odd_briefly_is_retried_to_the_finished_values(tmp_path: Pat
             )  # torn: total not yet written
             thread = threading.Thread(target=reader)
             thread.start()
-            time.sleep(0.004)
+            assert retrying.wait(5), "the reader met the odd slot"
             region.update_slot(0, used=[mem(100, 200, 300)], lock=False)
         thread.join(5)
     (got,) = result

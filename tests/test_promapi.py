@@ -14,11 +14,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import eventually, prometheus_tool, real_prometheus, running_collector
+from helpers import eventually, prometheus_tool, real_prometheus, scraping_collector
 
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
-from collector.demo.run import write_targets
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "hami-usage.json"
@@ -43,27 +42,23 @@ class Api:
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
     """The collector scraping a frozen simulated cluster of every flavour."""
     nodes = build_cluster(4, seed=31, flavours=("hami", "hami-legacy", "volcano", "kai"))
-    async with MonitorFarm(nodes, clock=lambda: FROZEN) as farm:
-        write_targets(tmp_path / "targets.json", farm)
-        async with (
-            running_collector(
-                kubernetes=False, targets_file=tmp_path / "targets.json", interval=0.5, timeout=0.4
-            ) as (base, _),
-            aiohttp.ClientSession() as http,
-        ):
-            client = Api(base, http)
+    async with (
+        MonitorFarm(nodes, clock=lambda: FROZEN) as farm,
+        scraping_collector(farm, tmp_path, interval=0.5, timeout=0.4) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+        client = Api(base, http)
 
-            async def scraped() -> bool:
-                _, answer = await client.get(
-                    "query", query="count(count by (node) (hami_host_gpu_utilization_ratio))"
-                )
-                return bool(
-                    answer["data"]["result"] != []
-                    and answer["data"]["result"][0]["value"][1] == "4"
-                )
+        async def scraped() -> bool:
+            _, answer = await client.get(
+                "query", query="count(count by (node) (hami_host_gpu_utilization_ratio))"
+            )
+            return bool(
+                answer["data"]["result"] != [] and answer["data"]["result"][0]["value"][1] == "4"
+            )
 
-            await eventually(scraped, 15, "every node in the history")
-            yield client
+        await eventually(scraped, 15, "every node in the history")
+        yield client
 
 
 async def test_grafana_save_and_test(api: Api) -> None:

@@ -12,24 +12,26 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import eventually, prometheus_tool, real_prometheus, running_collector
+from helpers import (
+    eventually,
+    prometheus_tool,
+    real_prometheus,
+    scraping_collector,
+)
 from oracle import expected_canonical
 
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
-from collector.demo.run import write_targets
 
 
 @pytest.fixture
 async def collector_url(tmp_path: Path) -> AsyncIterator[tuple[str, MonitorFarm]]:
     nodes = build_cluster(4, seed=11, flavours=("hami", "hami-legacy", "volcano", "kai"))
-    async with MonitorFarm(nodes) as farm:
-        targets = tmp_path / "targets.json"
-        write_targets(targets, farm)
-        async with running_collector(
-            kubernetes=False, targets_file=targets, interval=0.5, timeout=0.4
-        ) as (base, _):
-            yield base, farm
+    async with (
+        MonitorFarm(nodes) as farm,
+        scraping_collector(farm, tmp_path, interval=0.5, timeout=0.4) as (base, _),
+    ):
+        yield base, farm
 
 
 async def test_promtool_accepts_the_page(collector_url: tuple[str, MonitorFarm]) -> None:

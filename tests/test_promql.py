@@ -587,7 +587,7 @@ def test_timeout() -> None:
         ) -> Iterable[SeriesData]:
             import time
 
-            time.sleep(0.05)
+            time.sleep(0.05)  # the slowness under test: a select outlasting the query's timeout
             return super().select(matchers, start, end)
 
     with pytest.raises(QueryError) as info:

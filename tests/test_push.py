@@ -5,24 +5,26 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from helpers import eventually, running_collector
+from aiohttp import web
+from helpers import eventually, holds, running_collector, scraping_collector
 from oracle import SeriesKey, expected_canonical
 
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
+from collector.app import PUSH, STORE
 from collector.demo.agents import SimulatedDirectory, fake_nvml, write_regions
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.demo.node import SimulatedNode
-from collector.demo.run import write_targets
 from collector.exposition.parse import parse, parse_series
-from collector.schema import VGPU_FAMILIES
+from collector.schema import VGPU_FAMILIES, SourceKind
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import to_batch
 from core.payload import Card, Device, Payload, Region
@@ -124,8 +126,12 @@ def test_a_push_batch_counts_as_a_scrape_does() -> None:
     assert all(key.endswith(b',zone="vGPU"}') for key in batch.series)
 
 
+Pushing = tuple[str, SimulatedNode, Path, web.Application]
+"""The collector's URL, the node that pushes, a folder for its regions, the collector app."""
+
+
 @pytest.fixture
-async def collector(tmp_path: Path) -> AsyncIterator[tuple[str, SimulatedNode, Path]]:
+async def collector(tmp_path: Path) -> AsyncIterator[Pushing]:
     (node,) = build_cluster(1, seed=23, flavours=("hami",))
     async with running_collector(
         pods=SimulatedDirectory([node]),
@@ -133,8 +139,8 @@ async def collector(tmp_path: Path) -> AsyncIterator[tuple[str, SimulatedNode, P
         push_auth="none",
         stale_after=1.0,
         push_max_inflight=1,
-    ) as (base, _):
-        yield base, node, tmp_path
+    ) as (base, app):
+        yield base, node, tmp_path, app
 
 
 async def series_of(http: aiohttp.ClientSession, base: str, node: str) -> dict[SeriesKey, float]:
@@ -153,9 +159,9 @@ def named(series: dict[SeriesKey, float], name: str) -> dict[SeriesKey, float]:
 
 
 async def test_push_shows_on_metrics_then_goes_stale(
-    collector: tuple[str, SimulatedNode, Path],
+    collector: Pushing,
 ) -> None:
-    base, node, root = collector
+    base, node, root, _ = collector
     payload = snapshot(node, root)
     async with aiohttp.ClientSession() as http:
         body = gzip.compress(payload.model_dump_json().encode())
@@ -175,9 +181,9 @@ async def test_push_shows_on_metrics_then_goes_stale(
 
 
 async def test_repeated_and_older_sequences_are_ignored(
-    collector: tuple[str, SimulatedNode, Path],
+    collector: Pushing,
 ) -> None:
-    base, node, root = collector
+    base, node, root, _ = collector
     first = snapshot(node, root)
     newer = first.model_copy(update={"sequence": 5, "cards": first.cards[:1]})
     older = first.model_copy(update={"sequence": 4})
@@ -197,9 +203,9 @@ async def test_repeated_and_older_sequences_are_ignored(
 
 
 async def test_bad_payloads_are_refused_with_details(
-    collector: tuple[str, SimulatedNode, Path],
+    collector: Pushing,
 ) -> None:
-    base, node, root = collector
+    base, node, root, _ = collector
     good = json.loads(snapshot(node, root).model_dump_json())
     good["regions"][0]["devices"][0]["memory_used"] = -1
     async with aiohttp.ClientSession() as http:
@@ -219,9 +225,9 @@ async def test_bad_payloads_are_refused_with_details(
 
 
 async def test_overload_answers_429_with_retry_after(
-    collector: tuple[str, SimulatedNode, Path],
+    collector: Pushing,
 ) -> None:
-    base, node, root = collector
+    base, node, root, app = collector
     body = snapshot(node, root).model_dump_json().encode()
     release = asyncio.Event()
 
@@ -232,7 +238,8 @@ async def test_overload_answers_429_with_retry_after(
 
     async with aiohttp.ClientSession() as http:
         holder = asyncio.create_task(http.post(f"{base}/api/v1/push", data=slow()))
-        await asyncio.sleep(0.3)
+        # The receiver's own count: no request can tell a held slot from a free one harmlessly.
+        await eventually(lambda: holds(app[PUSH]._inflight == 1), 5, "the slow push in its slot")
         async with http.post(f"{base}/api/v1/push", data=body) as resp:
             assert resp.status == 429
             assert resp.headers["Retry-After"] == "1"
@@ -243,31 +250,37 @@ async def test_overload_answers_429_with_retry_after(
 
 async def test_an_agent_outranks_the_nodes_monitor(tmp_path: Path) -> None:
     (node,) = build_cluster(1, seed=24, flavours=("hami",))
-    async with MonitorFarm([node]) as farm:
-        write_targets(tmp_path / "t.json", farm)
-        async with (
-            running_collector(
-                pods=SimulatedDirectory([node]),
-                kubernetes=False,
-                push_auth="none",
-                targets_file=tmp_path / "t.json",
-                interval=0.3,
-                timeout=0.2,
-            ) as (base, _),
-            aiohttp.ClientSession() as http,
-        ):
-            await eventually(lambda: _has(http, base, node.name), 10, "scraped series")
-            payload = snapshot(node, tmp_path / "agent")
-            card = payload.cards[0].model_copy(update={"utilization": 99.0})
-            pushed = payload.model_copy(update={"cards": [card, *payload.cards[1:]]})
-            async with http.post(f"{base}/api/v1/push", data=pushed.model_dump_json()) as resp:
-                assert resp.status == 204
-            await asyncio.sleep(0.7)
-            util = named(await series_of(http, base, node.name), "hami_host_gpu_utilization_ratio")
-            first_card = [v for (_, labels), v in util.items() if ("device_index", "0") in labels]
-            assert first_card == [99.0], (
-                "the agent's reading wins over the monitor's for the same series"
-            )
+    async with (
+        MonitorFarm([node]) as farm,
+        scraping_collector(
+            farm,
+            tmp_path,
+            pods=SimulatedDirectory([node]),
+            push_auth="none",
+            interval=0.3,
+            timeout=0.2,
+        ) as (base, app),
+        aiohttp.ClientSession() as http,
+    ):
+        await eventually(lambda: _has(http, base, node.name), 10, "scraped series")
+        payload = snapshot(node, tmp_path / "agent")
+        card = payload.cards[0].model_copy(update={"utilization": 99.0})
+        pushed = payload.model_copy(update={"cards": [card, *payload.cards[1:]]})
+        async with http.post(f"{base}/api/v1/push", data=pushed.model_dump_json()) as resp:
+            assert resp.status == 204
+
+        async def scraped_since() -> bool:
+            """The monitor's batch came after the push: both compete for the series now."""
+            view = app[STORE].view(node.name)
+            received = {held.source.kind: held.received for held in view.sources} if view else {}
+            return received.get(SourceKind.HAMI, 0.0) > received.get(SourceKind.AGENT, math.inf)
+
+        await eventually(scraped_since, 10, "a scrape after the push")
+        util = named(await series_of(http, base, node.name), "hami_host_gpu_utilization_ratio")
+        first_card = [v for (_, labels), v in util.items() if ("device_index", "0") in labels]
+        assert first_card == [99.0], (
+            "the agent's reading wins over the monitor's for the same series"
+        )
 
 
 async def _has(http: aiohttp.ClientSession, base: str, node: str) -> bool:

@@ -122,34 +122,28 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: Any
-) -> AsyncIterator[Cluster]:
-    """The standard objects in a FakeKube and a collector watching it, synced."""
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # sealed from any real cluster
+async def cluster(fake: FakeKube, kubeconfig: Path, **settings: Any) -> AsyncIterator[Cluster]:
+    """The standard objects in ``fake`` and a collector watching it, synced."""
     objects = pods()
-    async with FakeKube() as fake:
-        kubeconfig = tmp_path / "kubeconfig"
-        fake.write_kubeconfig(kubeconfig)
-        for pod in objects.values():
-            fake.add_pod(pod)
-        fake.add_claim(make_claim("gpu-claim", "ml", CLAIM_UID, reserved_for=[objects["infer"]]))
-        settings = {"push_service_accounts": ALLOWED} | settings
-        watching = bool(settings["push_service_accounts"])  # else no pod directory runs
-        async with (
-            running_collector(
-                kubernetes=True,
-                kubeconfig=kubeconfig,
-                flavours="hami",
-                interval=10.0,
-                timeout=5.0,
-                **settings,
-            ) as (url, _),
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
-        ):
-            c = Cluster(fake, url, http, objects)
-            await eventually(lambda: _synced(c, watching), 10, "collector ready, claims listed")
-            yield c
+    for pod in objects.values():
+        fake.add_pod(pod)
+    fake.add_claim(make_claim("gpu-claim", "ml", CLAIM_UID, reserved_for=[objects["infer"]]))
+    settings = {"push_service_accounts": ALLOWED} | settings
+    watching = bool(settings["push_service_accounts"])  # else no pod directory runs
+    async with (
+        running_collector(
+            kubernetes=True,
+            kubeconfig=kubeconfig,
+            flavours="hami",
+            interval=10.0,
+            timeout=5.0,
+            **settings,
+        ) as (url, _),
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+    ):
+        c = Cluster(fake, url, http, objects)
+        await eventually(lambda: _synced(c, watching), 10, "collector ready, claims listed")
+        yield c
 
 
 async def _synced(c: Cluster, directory: bool) -> bool:
@@ -162,8 +156,8 @@ async def _synced(c: Cluster, directory: bool) -> bool:
 
 
 @pytest.fixture
-async def c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    async with cluster(tmp_path, monkeypatch) as running:
+async def c(fake: FakeKube, kubeconfig: Path) -> AsyncIterator[Cluster]:
+    async with cluster(fake, kubeconfig) as running:
         yield running
 
 
@@ -193,8 +187,8 @@ async def test_valid_push_becomes_canonical_series(c: Cluster) -> None:
     assert await c.nodes() == {"node-a"}
 
 
-async def test_wildcard_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with cluster(tmp_path, monkeypatch, push_service_accounts=f"*/{SA}, other/x") as c:
+async def test_wildcard_namespace(fake: FakeKube, kubeconfig: Path) -> None:
+    async with cluster(fake, kubeconfig, push_service_accounts=f"*/{SA}, other/x") as c:
         c.pods["elsewhere"] = c.fake.add_pod(make_pod("agent-x", "ops", "node-a"))
         assert (await c.push(c.snapshot(), c.token("elsewhere")))[0] == 204
         other = c.token("elsewhere", sa="default")
@@ -362,8 +356,8 @@ async def test_api_server_unreachable_is_503(c: Cluster) -> None:
     assert status == 503
 
 
-async def test_hung_token_review_is_503(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with cluster(tmp_path, monkeypatch, kube_request_timeout=0.5) as c:
+async def test_hung_token_review_is_503(fake: FakeKube, kubeconfig: Path) -> None:
+    async with cluster(fake, kubeconfig, kube_request_timeout=0.5) as c:
         c.fake.token_review_delay = 2.0
         async with asyncio.timeout(1.5):
             status, _ = await c.push(c.snapshot(), c.token())
@@ -409,8 +403,8 @@ async def test_invalid_payload_is_400_naming_the_field(c: Cluster, case: str) ->
     assert await c.nodes() == set()
 
 
-async def test_too_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with cluster(tmp_path, monkeypatch, push_body_limit=4096) as c:
+async def test_too_large(fake: FakeKube, kubeconfig: Path) -> None:
+    async with cluster(fake, kubeconfig, push_body_limit=4096) as c:
         big = c.snapshot(regions=[region(f"uid-{i}", i) for i in range(100)])
         status, body = await c.push(big)  # the size is checked before the credentials
         assert (status, body["error"], c.fake.token_reviews) == (413, "too_large", 0)
@@ -433,10 +427,8 @@ async def test_too_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert (await c.push(c.snapshot(), token))[0] == 204
 
 
-async def test_no_service_accounts_refuses_every_push(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with cluster(tmp_path, monkeypatch, push_service_accounts="") as c:
+async def test_no_service_accounts_refuses_every_push(fake: FakeKube, kubeconfig: Path) -> None:
+    async with cluster(fake, kubeconfig, push_service_accounts="") as c:
         for token in (c.token(), None):
             status, body = await c.push(c.snapshot(), token)
             assert status in (401, 403)

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from helpers import eventually, free_port
+from helpers import eventually
 
 from collector.app import STORE, build_app
 from collector.batch import Source
@@ -477,7 +477,7 @@ async def test_an_answer_is_one_generation_while_the_store_changes() -> None:
         while not stop.is_set():
             r += 1
             put_round(r)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a writer yielding between rounds, so readers run among them
 
     put_round(0)
     async with serving(store) as (client, _):
@@ -590,9 +590,8 @@ async def test_the_collector_serves_what_its_monitors_say(tmp_path: Path) -> Non
     targets = tmp_path / "targets.json"
     async with MonitorFarm(nodes, clock=lambda: NOW) as farm:
         write_targets(targets, farm)
-        port = free_port()
         settings = CollectorSettings(
-            listen=f"127.0.0.1:{port}",
+            listen="127.0.0.1:0",
             kubernetes=False,
             targets_file=targets,
             interval=0.5,
@@ -604,8 +603,8 @@ async def test_the_collector_serves_what_its_monitors_say(tmp_path: Path) -> Non
         app.cleanup_ctx.append(api.warming)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        base = f"http://127.0.0.1:{port}/api/v1"
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}/api/v1"
         try:
             async with aiohttp.ClientSession() as http:
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -11,12 +10,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from helpers import eventually, running_collector
+from helpers import eventually, scraping_collector
 from oracle import expected_canonical
 
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
-from collector.demo.run import collector_flavour, write_targets
+from collector.demo.run import collector_flavour
 from collector.exposition.parse import parse
 
 FAULTS = ("malformed", "html", "500", "timeout", "drip", "oversized", "gzip_bomb")
@@ -49,16 +48,14 @@ async def cluster(
     tmp_path: Path, nodes: int, **settings: object
 ) -> AsyncIterator[tuple[MonitorFarm, str, aiohttp.ClientSession]]:
     simulated = build_cluster(nodes, seed=5, flavours=("hami", "hami-legacy", "volcano", "kai"))
-    targets = tmp_path / "targets.json"
-    async with MonitorFarm(
-        simulated, stall_s=5, drip_interval_s=0.2, drip_max_s=5, oversized_bytes=3 << 20
-    ) as farm:
-        write_targets(targets, farm)
-        async with (
-            running_collector(kubernetes=False, targets_file=targets, **settings) as (base, _),
-            aiohttp.ClientSession() as http,
-        ):
-            yield farm, base, http
+    async with (
+        MonitorFarm(
+            simulated, stall_s=5, drip_interval_s=0.2, drip_max_s=5, oversized_bytes=3 << 20
+        ) as farm,
+        scraping_collector(farm, tmp_path, **settings) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+        yield farm, base, http
 
 
 async def test_each_fault_fails_only_its_own_target(tmp_path: Path) -> None:
@@ -132,7 +129,9 @@ async def test_a_failing_target_keeps_its_last_batch_until_stale(tmp_path: Path)
         await eventually(both_present, 5, "recovery")
 
 
-async def test_targets_file_changes_and_bad_versions(tmp_path: Path) -> None:
+async def test_targets_file_changes_and_bad_versions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with cluster(tmp_path, 3, interval=0.3, timeout=0.25) as (farm, base, http):
         targets = tmp_path / "targets.json"
         names = [name for name, _, _ in farm.targets()]
@@ -148,7 +147,11 @@ async def test_targets_file_changes_and_bad_versions(tmp_path: Path) -> None:
         targets.write_text(
             json.dumps([{"targets": ["127.0.0.1:1"], "labels": {"node": "x", "flavour": "nope"}}])
         )
-        await asyncio.sleep(3.0)
+
+        async def refused() -> bool:
+            return any("flavour 'nope'" in r.getMessage() for r in caplog.records)
+
+        await eventually(refused, 10, "the bad version read and refused")
         assert await nodes_are({names[0]}), "a bad file keeps the last good targets"
         targets.write_text(json.dumps(groups))
         await eventually(lambda: nodes_are(set(names)), 10, "targets back")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import re
-import socket
 import struct
 import time
 import zlib
@@ -14,6 +13,7 @@ from decimal import Decimal
 
 import aiohttp
 import pytest
+from helpers import eventually, holds, reserved_port
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import SeriesKey, expected_canonical
@@ -721,19 +721,16 @@ async def test_farm_serves_each_node_plain_and_gzip(farm: MonitorFarm) -> None:
 
 
 async def test_farm_binds_a_given_port() -> None:
-    probe = socket.socket()
-    probe.bind(("127.1.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
     nodes = build_cluster(2, start_time=NOW)
-    async with MonitorFarm(nodes, port=port, clock=lambda: NOW) as running:
-        assert running.address("gpu-node-001") == f"127.1.0.1:{port}"
-        assert running.address("gpu-node-002") == f"127.1.0.2:{port}"
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(running.url("gpu-node-002")) as response,
-        ):
-            assert await response.read() == nodes[1].exposition(NOW)
+    with reserved_port("127.1.0.1", "127.1.0.2") as port:
+        async with MonitorFarm(nodes, port=port, clock=lambda: NOW) as running:
+            assert running.address("gpu-node-001") == f"127.1.0.1:{port}"
+            assert running.address("gpu-node-002") == f"127.1.0.2:{port}"
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(running.url("gpu-node-002")) as response,
+            ):
+                assert await response.read() == nodes[1].exposition(NOW)
 
 
 async def test_fault_flaky(farm: MonitorFarm) -> None:
@@ -808,14 +805,14 @@ async def test_fault_timeout_and_a_clean_stop() -> None:
             return response.status
 
     client = asyncio.create_task(stalled())
-    await asyncio.sleep(0.1)
+    await eventually(lambda: holds(running.request_count("gpu-node-001") == 2), 5, "stalled")
     started = time.monotonic()
     await running.stop()
     assert time.monotonic() - started < 3
     with pytest.raises(aiohttp.ClientError):
         await client
     await session.close()
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop, so the closed session's callbacks have run
     assert {t for t in asyncio.all_tasks() if not t.done()} == {asyncio.current_task()}
     await running.stop()  # idempotent
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fakekube import FakeKube, make_pod
-from helpers import eventually, free_port, running_collector
+from helpers import eventually, holds, reserved_port, running_collector
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import generate_latest
 
@@ -83,10 +83,6 @@ def _injected(error: BaseException | None) -> bool:
     return isinstance(error, Injected)
 
 
-async def _is(value: bool) -> bool:
-    return value
-
-
 async def text(http: aiohttp.ClientSession, url: str) -> tuple[int, str]:
     async with http.get(url) as resp:
         return resp.status, await resp.text()
@@ -125,7 +121,7 @@ async def test_a_crashed_task_is_restarted_counted_and_logged(
 
     async with Supervisor(counted.append, QUICK) as tasks:
         task = tasks.start("flaky loop", flaky, name="flaky loop #1")
-        await eventually(lambda: _is(runs == 3), 5, "the third run")
+        await eventually(lambda: holds(runs == 3), 5, "the third run")
         assert (task.restarts, counted, tasks.dead()) == (2, ["flaky loop", "flaky loop"], [])
         assert len(crashes(caplog, "flaky loop #1")) == 2
 
@@ -138,7 +134,7 @@ async def test_a_task_that_keeps_crashing_is_dead_past_the_limit(
 
     async with Supervisor(policy=QUICK) as tasks:
         task = tasks.start("hopeless", hopeless)
-        await eventually(lambda: _is(task.dead), 5, "given up")
+        await eventually(lambda: holds(task.dead), 5, "given up")
         assert tasks.dead() == ["hopeless"]
         assert task.restarts == QUICK.limit
         assert any("crashed; giving up" in r.getMessage() for r in caplog.records)
@@ -158,7 +154,7 @@ async def test_a_healthy_run_starts_the_count_again() -> None:
     every_run_healthy = RestartPolicy(first=0.001, cap=0.01, healthy=0.0, limit=1)
     async with Supervisor(policy=every_run_healthy) as tasks:
         task = tasks.start("steady", crashes_after_a_healthy_run)
-        await eventually(lambda: _is(runs == 6), 5, "the sixth run")
+        await eventually(lambda: holds(runs == 6), 5, "the sixth run")
         assert (task.restarts, task.dead) == (5, False), "five crashes, never two in a row"
 
 
@@ -170,7 +166,7 @@ async def test_a_task_that_must_not_end_and_ends_is_dead_at_once(
 
     async with Supervisor(policy=QUICK) as tasks:
         task = tasks.start("quitter", quits)
-        await eventually(lambda: _is(task.dead), 5, "reported dead")
+        await eventually(lambda: holds(task.dead), 5, "reported dead")
         assert task.restarts == 0
         assert any("should run until shutdown" in r.getMessage() for r in caplog.records)
 
@@ -201,7 +197,7 @@ async def test_the_owner_cancels_and_awaits_in_reverse_order() -> None:
 
     tasks = Supervisor()
     first, second, third = (tasks.start(name, loop(name)) for name in ("first", "second", "third"))
-    await eventually(lambda: _is(started == 3), 5, "all started")
+    await eventually(lambda: holds(started == 3), 5, "all started")
     await tasks.stop([second])
     assert stopped == ["second"], "stopping one leaves the others running"
     await tasks.close()
@@ -216,7 +212,7 @@ async def test_owned_logs_a_crash_at_once_and_does_not_restart(
         raise Injected("once")
 
     async with owned(crash(), "one-off") as task:
-        await eventually(lambda: _is(task.dead), 5, "reported dead")
+        await eventually(lambda: holds(task.dead), 5, "reported dead")
     (record,) = [r for r in caplog.records if "'one-off' crashed; giving up" in r.getMessage()]
     assert record.exc_info is not None
 
@@ -250,7 +246,7 @@ async def test_a_store_put_that_raises_once_does_not_end_the_scrape_loop(
             return (await restarts(http, f"{base}/metrics", COLLECTOR_RESTARTS)) == {"scrape": 1}
 
         await eventually(counted, 10, "the scrape loop's restart on /metrics")
-        await eventually(lambda: _is(app[STORE].view(node) is not None), 10, "the next scrape")
+        await eventually(lambda: holds(app[STORE].view(node) is not None), 10, "the next scrape")
         (target,) = app[SCRAPER].targets
         assert len(crashes(caplog, f"scrape {target.name}")) == 1
         assert await text(http, f"{base}/healthz") == (200, "ok\n")
@@ -275,7 +271,7 @@ async def test_store_expiry_goes_on_after_a_crash(
         batch = Batch({series_key("hami_vgpu_count", [("device_uuid", "GPU-x")]): 1.0}, samples=1)
         app[STORE].put(source, batch, time.monotonic() - 60)
         await eventually(
-            lambda: _is(app[STORE].view("node-x") is None), 10, "the stale source gone"
+            lambda: holds(app[STORE].view("node-x") is None), 10, "the stale source gone"
         )
 
 
@@ -287,9 +283,10 @@ async def test_kubernetes_discovery_comes_back_after_a_crash(
     async with FakeKube() as fake:
         fake.write_kubeconfig(tmp_path / "kubeconfig")
         labels = {"app.kubernetes.io/component": "hami-device-plugin"}
+        # the monitor's port only has to exist: discovery, not scraping, is under test
         fake.add_pod(
             make_pod("monitor-0", node="worker-0", ip="127.0.0.1", labels=labels,
-                     container_ports={"metrics": free_port()})
+                     container_ports={"metrics": 9})
         )  # fmt: skip
         settings = {
             "kubeconfig": tmp_path / "kubeconfig",
@@ -307,7 +304,7 @@ async def test_kubernetes_discovery_comes_back_after_a_crash(
                 return found.get("kubernetes discovery") == 1
 
             await eventually(counted, 10, "discovery's restart on /metrics")
-            await eventually(lambda: _is(len(app[SCRAPER].targets) == 1), 10, "the pod's target")
+            await eventually(lambda: holds(len(app[SCRAPER].targets) == 1), 10, "the pod's target")
             assert len(crashes(caplog, "kubernetes discovery")) == 1
             assert (await text(http, f"{base}/healthz"))[0] == 200
 
@@ -355,35 +352,35 @@ async def running_agent(tmp_path: Path) -> AsyncIterator[tuple[str, Receiver]]:
     receiver = Receiver()
     collector = web.Application()
     collector.router.add_post("/api/v1/push", receiver.handle)
-    port = free_port()
     stop = asyncio.Event()
-    async with TestServer(collector, host="127.0.0.1") as server:
-        settings = AgentSettings(
-            collector=f"http://127.0.0.1:{server.port}",
-            node="node-a",
-            roots=[str(tmp_path)],
-            nvml=False,
-            interval=0.05,
-            listen=f"127.0.0.1:{port}",
-            push_timeout=2.0,
-        )
-        running = asyncio.create_task(serve(settings, stop))
-        base = f"http://127.0.0.1:{port}"
+    with reserved_port() as port:
+        async with TestServer(collector, host="127.0.0.1") as server:
+            settings = AgentSettings(
+                collector=f"http://127.0.0.1:{server.port}",
+                node="node-a",
+                roots=[str(tmp_path)],
+                nvml=False,
+                interval=0.05,
+                listen=f"127.0.0.1:{port}",
+                push_timeout=2.0,
+            )
+            running = asyncio.create_task(serve(settings, stop))
+            base = f"http://127.0.0.1:{port}"
 
-        async def answering() -> bool:
+            async def answering() -> bool:
+                try:
+                    await text(http, f"{base}/healthz")
+                except aiohttp.ClientConnectionError:
+                    return running.done()
+                return True
+
             try:
-                await text(http, f"{base}/healthz")
-            except aiohttp.ClientConnectionError:
-                return running.done()
-            return True
-
-        try:
-            async with aiohttp.ClientSession() as http:
-                await eventually(answering, 10, "the agent's health server")
-            yield base, receiver
-        finally:
-            stop.set()
-            await running
+                async with aiohttp.ClientSession() as http:
+                    await eventually(answering, 10, "the agent's health server")
+                yield base, receiver
+            finally:
+                stop.set()
+                await running
 
 
 async def test_the_agent_sampling_loop_comes_back_after_a_crash(
@@ -396,7 +393,9 @@ async def test_the_agent_sampling_loop_comes_back_after_a_crash(
             return (await restarts(http, f"{base}/metrics", AGENT_RESTARTS)) == {"sample": 1}
 
         await eventually(counted, 10, "the sampling loop's restart on the agent's /metrics")
-        await eventually(lambda: _is(len(receiver.received) >= 3), 10, "snapshots pushed after it")
+        await eventually(
+            lambda: holds(len(receiver.received) >= 3), 10, "snapshots pushed after it"
+        )
         assert len(crashes(caplog, "sample")) == 1
         assert await text(http, f"{base}/healthz") == (200, "ok\n")
 
@@ -411,7 +410,7 @@ async def test_the_agent_push_drain_comes_back_after_a_crash(
             return (await restarts(http, f"{base}/metrics", AGENT_RESTARTS)) == {"push": 1}
 
         await eventually(counted, 10, "the push drain's restart on the agent's /metrics")
-        await eventually(lambda: _is(len(receiver.received) >= 3), 10, "pushes after it")
+        await eventually(lambda: holds(len(receiver.received) >= 3), 10, "pushes after it")
         assert receiver.received[0] == 0, "the snapshot in flight at the crash is sent again"
         assert receiver.received == sorted(receiver.received)
         assert len(crashes(caplog, "push")) == 1
