@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import re
 import struct
-import time
 import zlib
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -22,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.demo.cluster import build_cluster
 from collector.demo.devices import Allocation, Card, MigSlice
 from collector.demo.families import BUILD_INFO, MONITOR_METRICS, MONITORS
-from collector.demo.faults import FAULTS
+from collector.demo.faults import FAULTS, MAX_STALL_S
 from collector.demo.gzipbomb import build_gzip_bomb, crc32_combine
 from collector.demo.monitors import MonitorFarm, loopback_address
 from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
@@ -806,9 +805,10 @@ async def test_fault_timeout_and_a_clean_stop() -> None:
 
     client = asyncio.create_task(stalled())
     await eventually(lambda: holds(running.request_count("gpu-node-001") == 2), 5, "stalled")
-    started = time.monotonic()
-    await running.stop()
-    assert time.monotonic() - started < 3
+    async with asyncio.timeout(
+        MAX_STALL_S / 4
+    ):  # stopping cuts the stall short, never waits it out
+        await running.stop()
     with pytest.raises(aiohttp.ClientError):
         await client
     await session.close()
