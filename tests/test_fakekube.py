@@ -289,17 +289,24 @@ async def test_request_timeout_number_is_total_not_idle(fake: FakeKube, v1: Any)
     A (connect, read) tuple sets sock_read, an idle timeout, which is what detects a stall.
     """
 
+    done = asyncio.Event()
+
     async def bookmarks() -> None:
-        for _ in range(20):
+        for _ in range(600):  # until both watches are over, and never for more than a minute
+            if done.is_set():
+                return
             await asyncio.sleep(0.1)  # the load under test: a bookmark every 0.1 s keeps it busy
             fake.send_bookmarks()
 
     kw: dict[str, Any] = {"allow_watch_bookmarks": True, "timeout_seconds": 2}
     ticker = asyncio.create_task(bookmarks())
-    with pytest.raises(TimeoutError):
-        await watch_events(v1, None, _request_timeout=0.8, **kw)
-    assert len(await watch_events(v1, None, _request_timeout=(5, 0.8), **kw)) > 5
-    await ticker
+    try:
+        with pytest.raises(TimeoutError):
+            await watch_events(v1, None, _request_timeout=0.8, **kw)
+        assert len(await watch_events(v1, None, _request_timeout=(5, 0.8), **kw)) > 5
+    finally:
+        done.set()
+        await ticker
 
 
 # -- ResourceClaims and TokenReviews ----------------------------------------------------
