@@ -49,20 +49,20 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.columns import aligned
+from bench.processes import cpu_seconds, free_port, memory_mib, stop
+from bench.timing import percentile
 from collector.batch import Source
 from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
@@ -110,7 +110,6 @@ _NAMESPACES = ("team-a", "team-b", "team-c", "ml-platform", "research", "inferen
 _SEQUENCE_MARK = 987_654_321
 _TIME_MARK = 1_234_567_890.5
 _PUSH_HEADERS = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------
@@ -268,44 +267,8 @@ def build_bodies(nodes: int, rounds: int, now: float) -> Bodies:
 
 
 # --------------------------------------------------------------------------
-# Processes: the collector, and reading a process's CPU and memory
+# The collector in its own process
 # --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime: fields 14 and 15
-
-
-def memory_mib(pid: int) -> dict[str, float]:
-    """``VmRSS`` and ``VmHWM`` (peak RSS) of process ``pid``, in MiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop a process this benchmark started: SIGTERM, then SIGKILL after 10 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def serve(port: int, nodes: int) -> None:
@@ -348,15 +311,6 @@ async def wait_healthy(
 # --------------------------------------------------------------------------
 # Load phases
 # --------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``; 0 if empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[rank]
 
 
 @dataclass
@@ -813,8 +767,7 @@ def table(result: dict[str, Any]) -> str:
             f"{result['nodes_in_store']:,} nodes in the store",
         ),
     ]
-    width = [max(len(r[i]) for r in rows) for i in range(2)]
-    lines = [f"{a:<{width[0]}}  {b:>{width[1]}}  {c}" for a, b, c in rows]
+    lines = aligned(rows)
     lines.append(
         f"meets goal: {result['meets_goal']}  (wall {result['wall_s']:.0f} s, "
         f"load average before {result['load_average_before']:.2f})"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -37,6 +36,7 @@ import aiohttp
 from aiohttp import web
 
 from bench.cluster import HAMI, ROOT, warm
+from bench.processes import free_port
 from bench.timing import median
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings
@@ -47,14 +47,6 @@ CONNECTIONS = 4
 SECONDS = 2.0
 ROUNDS = 4
 CHUNK = 256 << 10
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @asynccontextmanager
