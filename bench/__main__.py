@@ -394,7 +394,7 @@ def table(rows_: list[Row]) -> str:
 
 
 def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
-    """Every bench by name, in running order (ingest first: cold caches; query last: the largest)."""
+    """Every bench by name, in running order (ingest first: cold caches; query last: largest)."""
 
     def run_query() -> dict[str, Any]:
         cluster.cluster.cache_clear()  # the shared clusters: no later bench needs them

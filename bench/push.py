@@ -60,7 +60,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.columns import aligned
+from bench.columns import Line, aligned
 from bench.processes import cpu_seconds, free_port, memory_mib, stop
 from bench.timing import percentile
 from collector.batch import Source
@@ -616,18 +616,11 @@ async def _load(
         }
 
 
-def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
-    """Start the collector in its own process, push at it, and compare with the peers.
+def measure(bodies: Bodies, fill_timeout: float) -> tuple[dict[str, Any], float]:
+    """Start the collector in its own process, push at it, stop it: the phases, its CPU seconds.
 
-    ``fill_timeout`` bounds the first round (each node's first push); the
-    later phases cycle over the nodes it got into the store.
+    If anything fails, the tail of the collector's log goes to stderr.
     """
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    bodies = build_bodies(NODES, ROUNDS, time.time())
-    build_s = time.perf_counter() - started
-    pull = pull_peer()
-    push = push_peer(bodies)
     port = free_port()
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
@@ -644,34 +637,25 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
             raise
         stop(process)
-    fill, paced_phase, saturated_phase = load["fill"], load["paced"], load["saturated"]
-    seen = load["visible"]
-    per_core = saturated_phase["accepted_per_collector_cpu_s"]
+    return load, cpu_total
+
+
+def against_goals(
+    load: dict[str, Any], pull: dict[str, Any], push: dict[str, Any]
+) -> dict[str, Any]:
+    """The headline figures, the push vs pull ratios, the goals, and whether all are met.
+
+    A paced phase that left pushes unsent, or push-to-visible samples given up,
+    count as an infinite p99.
+    """
+    paced_phase, seen = load["paced"], load["visible"]
+    per_core = load["saturated"]["accepted_per_collector_cpu_s"]
     push_http_us = 1e6 / per_core if per_core else math.inf
     accept_p99 = paced_phase["latency_p99_ms"] if not paced_phase["not_sent"] else math.inf
     visible_p99 = seen["visible_p99_ms"] if seen["samples"] == seen["asked"] else math.inf
     return {
-        "nodes": NODES,
-        "cards": CARDS,
-        "regions": REGIONS,
-        "offered_per_s": OFFERED,
-        "load_average_before": load_before,
-        "bodies_built": bodies.capacity,
-        "bodies_used": bodies.used,
-        "nodes_in_store": load["nodes_in_store"],
-        "build_s": build_s,
-        "wall_s": time.perf_counter() - started,
-        "collector_cpu_s_total": cpu_total,
-        **{k: v for k, v in load.items() if k.startswith("collector_rss")},
-        "fill": fill,
-        "saturated": saturated_phase,
-        "paced": paced_phase,
-        "light": load["light"],
-        "visible": seen,
-        "peer_pull": pull,
-        "peer_push_in_process": push,
         "accepted_per_collector_core_s": per_core,
-        "cold_accepted_per_collector_core_s": fill["accepted_per_collector_cpu_s"],
+        "cold_accepted_per_collector_core_s": load["fill"]["accepted_per_collector_cpu_s"],
         "accept_p99_ms": accept_p99,
         "visible_p99_ms": visible_p99,
         "push_http_us_per_snapshot": push_http_us,
@@ -687,12 +671,43 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
     }
 
 
-def table(result: dict[str, Any]) -> str:
-    """A small table of the figures against their goals and the pull peer."""
-    fill, paced_phase, seen = result["fill"], result["paced"], result["visible"]
-    pull, push = result["peer_pull"], result["peer_push_in_process"]
-    rows = [
-        ("figure", "measured", "goal / peer"),
+def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
+    """Start the collector in its own process, push at it, and compare with the peers.
+
+    ``fill_timeout`` bounds the first round (each node's first push); the
+    later phases cycle over the nodes it got into the store.
+    """
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    bodies = build_bodies(NODES, ROUNDS, time.time())
+    build_s = time.perf_counter() - started
+    pull = pull_peer()
+    push = push_peer(bodies)
+    load, cpu_total = measure(bodies, fill_timeout)
+    return {
+        "nodes": NODES,
+        "cards": CARDS,
+        "regions": REGIONS,
+        "offered_per_s": OFFERED,
+        "load_average_before": load_before,
+        "bodies_built": bodies.capacity,
+        "bodies_used": bodies.used,
+        "nodes_in_store": load["nodes_in_store"],
+        "build_s": build_s,
+        "wall_s": time.perf_counter() - started,
+        "collector_cpu_s_total": cpu_total,
+        **{k: v for k, v in load.items() if k.startswith("collector_rss")},
+        **{k: load[k] for k in ("fill", "saturated", "paced", "light", "visible")},
+        "peer_pull": pull,
+        "peer_push_in_process": push,
+        **against_goals(load, pull, push),
+    }
+
+
+def _load_lines(result: dict[str, Any]) -> list[Line]:
+    """Capacity per core, the cold fill, and the two paced phases' rates and latencies."""
+    fill, paced_phase, light = result["fill"], result["paced"], result["light"]
+    return [
         (
             "accepted per collector core-second (steady)",
             f"{result['accepted_per_collector_core_s']:,.0f}",
@@ -720,10 +735,15 @@ def table(result: dict[str, Any]) -> str:
         ),
         (
             f"  at {OFFERED * LIGHT_SHARE:,.0f}/s offered: p50 / p99 ms",
-            f"{result['light']['latency_p50_ms']:,.1f} / {result['light']['latency_p99_ms']:,.1f}",
-            f"accepted/s {result['light']['accepted_per_s']:,.0f}, "
-            f"not sent {result['light']['not_sent']:,}",
+            f"{light['latency_p50_ms']:,.1f} / {light['latency_p99_ms']:,.1f}",
+            f"accepted/s {light['accepted_per_s']:,.0f}, not sent {light['not_sent']:,}",
         ),
+    ]
+
+
+def _visible_lines(seen: dict[str, Any]) -> list[Line]:
+    """Push-to-visible, its page rebuild and transfer, and the one gzip sample."""
+    return [
         (
             "push-to-visible p50 / p99 ms",
             f"{seen['visible_p50_ms']:,.0f} / {seen['visible_p99_ms']:,.0f}",
@@ -739,6 +759,13 @@ def table(result: dict[str, Any]) -> str:
             f"{seen['visible_gzip_ms']:,.0f}",
             "what Prometheus asks for",
         ),
+    ]
+
+
+def _cost_lines(result: dict[str, Any]) -> list[Line]:
+    """Push CPU per snapshot, with HTTP and in process by part, beside the pull path."""
+    pull, push = result["peer_pull"], result["peer_push_in_process"]
+    return [
         (
             "push CPU us per snapshot, with HTTP",
             f"{result['push_http_us_per_snapshot']:,.0f}",
@@ -761,13 +788,25 @@ def table(result: dict[str, Any]) -> str:
             f"{push['cold_us_median']:,.0f}",
             f"put+metrics {push['cold_put_metrics_us_median']:,.0f}, pull cold {pull['cold_us']:,.0f}",
         ),
-        (
-            "collector RSS MiB filled / peak",
-            f"{result['collector_rss_mib_filled']:,.0f} / {result['collector_rss_mib_peak']:,.0f}",
-            f"{result['nodes_in_store']:,} nodes in the store",
-        ),
     ]
-    lines = aligned(rows)
+
+
+def table(result: dict[str, Any]) -> str:
+    """A small table of the figures against their goals and the pull peer."""
+    rss = (
+        "collector RSS MiB filled / peak",
+        f"{result['collector_rss_mib_filled']:,.0f} / {result['collector_rss_mib_peak']:,.0f}",
+        f"{result['nodes_in_store']:,} nodes in the store",
+    )
+    lines = aligned(
+        [
+            ("figure", "measured", "goal / peer"),
+            *_load_lines(result),
+            *_visible_lines(result["visible"]),
+            *_cost_lines(result),
+            rss,
+        ]
+    )
     lines.append(
         f"meets goal: {result['meets_goal']}  (wall {result['wall_s']:.0f} s, "
         f"load average before {result['load_average_before']:.2f})"
