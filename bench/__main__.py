@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,11 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}/s"
 
 
+def _figure(what: str, measured: str, peer: str = "-", ratio: str = "-") -> Row:
+    """A row without a goal: a figure shown beside the others, judged by nobody."""
+    return Row(what, measured, "-", peer, ratio, "-")
+
+
 def rows(r: dict[str, Any]) -> list[Row]:
     """The summary table of the results present (the query surfaces apart)."""
     out: list[Row] = []
@@ -63,9 +68,19 @@ def rows(r: dict[str, Any]) -> list[Row]:
 
 def foundation_rows(r: dict[str, Any]) -> list[Row]:
     """Ingest, page, serving and memory."""
+    return [
+        *ingest_rows(r["ingest"]),
+        *page_rows(r["page"]),
+        *serve_rows(r["serve"]),
+        *memory_rows(r["memory"]),
+    ]
+
+
+def ingest_rows(ingest: dict[str, Any]) -> list[Row]:
+    """Ingest rates, steady, cold and with churn, of each flavour mix beside prometheus_client."""
     out: list[Row] = []
     for name in ("hami", "mixed"):
-        i = r["ingest"][name]
+        i = ingest[name]
         peer = _rate(i["peer_prometheus_client_samples_per_s"])
         out.append(
             Row(
@@ -78,64 +93,58 @@ def foundation_rows(r: dict[str, Any]) -> list[Row]:
             )
         )
         out.append(
-            Row(
+            _figure(
                 f"ingest cold (first scrape, strict path), {name}",
                 _rate(i["cold_samples_per_s"]),
-                "-",
                 f"prometheus_client {peer}",
                 f"{i['cold_ratio_vs_prometheus_client']:.1f}x",
-                "-",
             )
         )
         if i["churn_samples_per_s"] is not None:
             out.append(
-                Row(
+                _figure(
                     f"ingest pass with pod churn, {name}",
                     _rate(i["churn_samples_per_s"]),
-                    "-",
                     f"prometheus_client {peer}",
                     f"{i['churn_samples_per_s'] / i['peer_prometheus_client_samples_per_s']:.1f}x",
-                    "-",
                 )
             )
-    for name, label in (
-        ("bare", "bare self metrics"),
-        ("with_sources", "+1,000 sources' self metrics"),
-    ):
-        p = r["page"][name]
-        out.append(
-            Row(
-                f"/metrics rebuild after 1 node changed, plain ({label})",
-                f"{p['rebuild_ms']:.1f} ms",
-                f"<= {p['goal_ms']:.0f} ms",
-                "-",
-                "-",
-                _mark(p["meets_goal"]),
-            )
-        )
-    p = r["page"]["bare"]
-    out.append(
+    return out
+
+
+def page_rows(page: dict[str, Any]) -> list[Row]:
+    """The ``/metrics`` rebuild after one node changed, plain and gzip, and the page's size."""
+    out = [
         Row(
+            f"/metrics rebuild after 1 node changed, plain ({label})",
+            f"{p['rebuild_ms']:.1f} ms",
+            f"<= {p['goal_ms']:.0f} ms",
+            "-",
+            "-",
+            _mark(p["meets_goal"]),
+        )
+        for p, label in (
+            (page["bare"], "bare self metrics"),
+            (page["with_sources"], "+1,000 sources' self metrics"),
+        )
+    ]
+    bare = page["bare"]
+    return [
+        *out,
+        _figure(
             "/metrics rebuild after 1 node changed, gzip (bare)",
-            f"{p['rebuild_gzip_ms']:.0f} ms",
-            "-",
-            "-",
-            "-",
-            "-",
-        )
-    )
-    out.append(
-        Row(
+            f"{bare['rebuild_gzip_ms']:.0f} ms",
+        ),
+        _figure(
             "/metrics page size, plain / gzip",
-            f"{p['page_bytes'] / 1e6:.1f} MB / {p['page_gzip_bytes'] / 1e6:.1f} MB",
-            "-",
-            "-",
-            "-",
-            "-",
-        )
-    )
-    s = r["serve"]
-    out.append(
+            f"{bare['page_bytes'] / 1e6:.1f} MB / {bare['page_gzip_bytes'] / 1e6:.1f} MB",
+        ),
+    ]
+
+
+def serve_rows(s: dict[str, Any]) -> list[Row]:
+    """Serving the cached gzip page, beside bare and chunked aiohttp."""
+    return [
         Row(
             f"serve cached gzip /metrics ({s['body_bytes'] / 1e6:.1f} MB), {s['connections']} conns",
             f"{s['req_per_s']:.0f} req/s ({s['server_cpu_ms_per_request']:.1f} ms CPU/req)",
@@ -145,62 +154,50 @@ def foundation_rows(r: dict[str, Any]) -> list[Row]:
             f"{s['ratio_vs_bare_aiohttp']:.2f}x / {s['ratio_vs_chunked_aiohttp']:.2f}x",
             _mark(s["meets_goal"]),
         )
-    )
-    m = r["memory"]
-    out.append(
+    ]
+
+
+def memory_rows(m: dict[str, Any]) -> list[Row]:
+    """Bytes per live series: store, page cache, history and churn, by RSS and tracemalloc."""
+    rss, t, ch = m["rss"], m["tracemalloc"], m["churn_mixed"]
+    goal = m["goal_bytes_per_series"]
+    peer_rss = f"prometheus_client {rss['peer_prometheus_client_bytes_per_series']:.0f} B"
+    return [
         Row(
             "memory, store (latest values) + Normalisers, per live series (RSS)",
-            f"{m['rss']['bytes_per_series']:.0f} B",
-            f"<= {m['goal_bytes_per_series']:.0f} B",
-            f"prometheus_client {m['rss']['peer_prometheus_client_bytes_per_series']:.0f} B",
+            f"{rss['bytes_per_series']:.0f} B",
+            f"<= {goal:.0f} B",
+            peer_rss,
             f"{m['ratio_vs_prometheus_client']:.1f}x less",
-            _mark(m["rss"]["bytes_per_series"] <= m["goal_bytes_per_series"]),
-        )
-    )
-    t = m["tracemalloc"]
-    out.append(
+            _mark(rss["bytes_per_series"] <= goal),
+        ),
         Row(
             f"memory, same, tracemalloc ({t['nodes']} nodes)",
             f"{t['bytes_per_series']:.0f} B",
-            f"<= {m['goal_bytes_per_series']:.0f} B",
+            f"<= {goal:.0f} B",
             f"prometheus_client {t['peer_prometheus_client_bytes_per_series']:.0f} B",
             f"{t['peer_prometheus_client_bytes_per_series'] / t['bytes_per_series']:.1f}x less",
-            _mark(t["bytes_per_series"] <= m["goal_bytes_per_series"]),
-        )
-    )
-    out.append(
-        Row(
+            _mark(t["bytes_per_series"] <= goal),
+        ),
+        _figure(
             "memory, MetricsPage cache per live series (RSS: chunks / +bodies)",
-            f"{m['rss']['page_node_chunks_bytes_per_series']:.0f} B / "
-            f"{m['rss']['page_bytes_per_series']:.0f} B",
-            "-",
-            "-",
-            "-",
-            "-",
-        )
-    )
-    out.append(
-        Row(
+            f"{rss['page_node_chunks_bytes_per_series']:.0f} B / "
+            f"{rss['page_bytes_per_series']:.0f} B",
+        ),
+        _figure(
             "memory, store's History per live series, 2 points each (RSS / tracemalloc)",
-            f"{m['rss']['history_bytes_per_series']:.0f} B / {t['history_bytes_per_series']:.0f} B",
-            "-",
-            f"prometheus_client {m['rss']['peer_prometheus_client_bytes_per_series']:.0f} B",
-            "-",
-            "-",
-        )
-    )
-    ch = m["churn_mixed"]
-    out.append(
+            f"{rss['history_bytes_per_series']:.0f} B / {t['history_bytes_per_series']:.0f} B",
+            peer_rss,
+        ),
         Row(
             f"memory, mixed flavours over {ch['passes']} scrapes (tracemalloc, peak / final)",
             f"{ch['peak_bytes_per_series']:.0f} B / {ch['final_bytes_per_series']:.0f} B",
-            f"<= {m['goal_bytes_per_series']:.0f} B",
+            f"<= {goal:.0f} B",
             "-",
             "-",
-            _mark(ch["peak_bytes_per_series"] <= m["goal_bytes_per_series"]),
-        )
-    )
-    return out
+            _mark(ch["peak_bytes_per_series"] <= goal),
+        ),
+    ]
 
 
 def push_rows(p: dict[str, Any]) -> list[Row]:
@@ -284,20 +281,21 @@ def _latency(s: dict[str, Any]) -> str:
 
 def query_rows(q: dict[str, Any]) -> list[Row]:
     """The query surfaces: history, PromQL in process and over HTTP, REST; Prometheus beside."""
-    f, peer = q["fill"], q["peer_prometheus"]
-    written = peer["remote_write"]
+    return [*history_rows(q), *surface_rows(q), rest_row(q), agreement_row(q)]
+
+
+def history_rows(q: dict[str, Any]) -> list[Row]:
+    """The history's fill time and its bytes per kept point, beside Prometheus."""
+    f, written = q["fill"], q["peer_prometheus"]["remote_write"]
     walk, traced = q["history_walk"], q["history_tracemalloc"]
     prometheus_per_point = written["prometheus_rss_mib"] * 2**20 / q["history_points"]
-    out = [
-        Row(
+    return [
+        _figure(
             f"history fill: {q['nodes']:,} nodes x {q['rounds']} rounds, {q['step_s']:.0f} s apart "
             f"({q['series']:,} live series, {q['history_points'] / 1e6:.1f}M points)",
             f"{f['wall_s']:.0f} s wall; collector {f['collector_s']:.0f} s "
             f"(normalise {f['normalise_s']:.0f}, put {f['put_s']:.0f})",
-            "-",
             f"Prometheus remote write {written['send_s']:.0f} s",
-            "-",
-            "-",
         ),
         Row(
             f"history bytes per kept point (tracemalloc, {traced['nodes']} nodes)",
@@ -316,14 +314,19 @@ def query_rows(q: dict[str, Any]) -> list[Row]:
             "-",
         ),
     ]
+
+
+def surface_rows(q: dict[str, Any]) -> list[Row]:
+    """One instant and one range query, in process and over HTTP, beside Prometheus over HTTP."""
     surfaces = (
         ("instant", "in process", q["in_process_instant"], q["goal_instant_p99_ms"]),
         ("range", "in process", q["in_process_range"], q["goal_range_p99_ms"]),
         ("instant", "HTTP /prometheus/api/v1/query", q["http_instant"], q["goal_instant_p99_ms"]),
         ("range", "HTTP /prometheus/api/v1/query_range", q["http_range"], q["goal_range_p99_ms"]),
     )
+    out: list[Row] = []
     for kind, where, s, goal in surfaces:
-        theirs = peer[kind]
+        theirs = q["peer_prometheus"][kind]
         what = "now" if kind == "instant" else f"last hour, step {q['step_s']:.0f} s"
         out.append(
             Row(
@@ -340,48 +343,47 @@ def query_rows(q: dict[str, Any]) -> list[Row]:
                 _mark(s["p99_ms"] <= goal),
             )
         )
+    return out
+
+
+def rest_row(q: dict[str, Any]) -> Row:
+    """The REST node list's latency, or why it was not measured."""
     rest = q["rest_nodes"]
     if rest is None:
-        out.append(
-            Row(
-                "REST GET /api/v1/nodes: p50 / p99",
-                f"not measured: REST not present ({q['rest_served_by']})",
-                f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
-                "-",
-                "-",
-                "-",
-            )
-        )
-    else:
-        out.append(
-            Row(
-                f"REST GET /api/v1/nodes ({rest['nodes_listed']:,} nodes, "
-                f"{rest['bytes'] / 1e6:.1f} MB): p50 / p99",
-                f"{_latency(rest)}; first {_ms(rest['first_ms'])} ms",
-                f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
-                "-",
-                "-",
-                _mark(rest["p99_ms"] <= q["goal_rest_p99_ms"]),
-            )
-        )
-    checks = q["agreement"]
-    out.append(
-        Row(
-            "answers equal Prometheus' (label sets; values within 1e-9; in process and HTTP)",
-            "yes"
-            if q["answers_agree"]
-            else "NO: "
-            + "; ".join(
-                f"{k}: {v['first_problems'][:1]}" for k, v in checks.items() if not v["agree"]
-            ),
-            "equal",
-            f"instant {checks['instant_http']['series']:,} series, range "
-            f"{checks['range_http']['points']:,} points",
+        return Row(
+            "REST GET /api/v1/nodes: p50 / p99",
+            f"not measured: REST not present ({q['rest_served_by']})",
+            f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
             "-",
-            _mark(q["answers_agree"]),
+            "-",
+            "-",
         )
+    return Row(
+        f"REST GET /api/v1/nodes ({rest['nodes_listed']:,} nodes, "
+        f"{rest['bytes'] / 1e6:.1f} MB): p50 / p99",
+        f"{_latency(rest)}; first {_ms(rest['first_ms'])} ms",
+        f"p99 <= {q['goal_rest_p99_ms']:.0f} ms",
+        "-",
+        "-",
+        _mark(rest["p99_ms"] <= q["goal_rest_p99_ms"]),
     )
-    return out
+
+
+def agreement_row(q: dict[str, Any]) -> Row:
+    """Whether our answers equal Prometheus', with the first problem of each that does not."""
+    checks = q["agreement"]
+    return Row(
+        "answers equal Prometheus' (label sets; values within 1e-9; in process and HTTP)",
+        "yes"
+        if q["answers_agree"]
+        else "NO: "
+        + "; ".join(f"{k}: {v['first_problems'][:1]}" for k, v in checks.items() if not v["agree"]),
+        "equal",
+        f"instant {checks['instant_http']['series']:,} series, range "
+        f"{checks['range_http']['points']:,} points",
+        "-",
+        _mark(q["answers_agree"]),
+    )
 
 
 def table(rows_: list[Row]) -> str:
@@ -391,17 +393,15 @@ def table(rows_: list[Row]) -> str:
     return "\n".join("| " + " | ".join(asdict(row).values()) + " |" for row in lines)
 
 
-def main(argv: list[str]) -> None:
-    """Run the benchmarks in order (ingest first: it needs cold caches; query last: the largest)."""
-    quick = "--quick" in argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
-    budget = query.QUICK if quick else query.Budget()
+def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every bench by name, in running order (ingest first: cold caches; query last: largest)."""
 
     def run_query() -> dict[str, Any]:
         cluster.cluster.cache_clear()  # the shared clusters: no later bench needs them
         gc.collect()
         return query.run(budget)
 
-    benches: dict[str, Callable[[], dict[str, Any]]] = {
+    return {
         "ingest": ingest.run,
         "page": page.run,
         "serve": serve.run,
@@ -410,53 +410,58 @@ def main(argv: list[str]) -> None:
         "agent": agent.run,
         "query": run_query,
     }
-    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else list(benches)
-    unknown = set(only) - benches.keys()
+
+
+def chosen(argv: list[str], known: Sequence[str]) -> list[str]:
+    """The benches ``--only`` names (all when it is absent); exit on a name not ``known``."""
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else list(known)
+    unknown = set(only) - set(known)
     if unknown:
-        raise SystemExit(f"unknown benches {sorted(unknown)}; known: {', '.join(benches)}")
+        raise SystemExit(f"unknown benches {sorted(unknown)}; known: {', '.join(known)}")
+    return only
+
+
+def run_all(
+    every: dict[str, Callable[[], dict[str, Any]]], only: list[str]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run the benches in ``only``, in order: their results, and seconds each and in all."""
     results: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     began = time.perf_counter()
-    for name, run in benches.items():
+    for name, run in every.items():
         if name not in only:
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         results[name] = run()
         seconds[name] = round(time.perf_counter() - start, 1)
-    summary = rows(results)
-    queries = query_rows(results["query"]) if "query" in results else []
-    total = round(time.perf_counter() - began, 1)
+    seconds["total"] = round(time.perf_counter() - began, 1)
+    return results, seconds
+
+
+def describe_run(quick: bool, seconds: dict[str, float]) -> dict[str, Any]:
+    """When, where and how long the run was."""
     load = os.getloadavg()
-    meta: dict[str, Any] = {
+    return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "quick": quick,
         "load_average_after": load,
-        "seconds": {**seconds, "total": total},
+        "seconds": seconds,
     }
-    markdown = table(summary)
-    query_markdown = table(queries) if queries else ""
-    print(markdown)
-    if query_markdown:
-        print(f"\nQuery surfaces\n\n{query_markdown}")
-    if set(only) != benches.keys():
-        print(f"\n{meta['seconds']}; --only: nothing saved")
-        return
-    RESULTS.mkdir(exist_ok=True)
-    document = {
-        "meta": meta,
-        "summary": [asdict(row) for row in summary],
-        "query_summary": [asdict(row) for row in queries],
-        "results": results,
-    }
-    (RESULTS / "foundation.json").write_text(json.dumps(document, indent=2) + "\n")
-    (RESULTS / "foundation.md").write_text(
+
+
+def foundation_md(
+    meta: dict[str, Any], budget: query.Budget, markdown: str, query_markdown: str
+) -> str:
+    """``foundation.md``: the run, both tables, and how the query figures were taken."""
+    return (
         f"# Foundation benchmarks\n\n{meta['date']}, Python {meta['python']}, "
-        f"{meta['cpus']} CPUs, {total} s in all{' (--quick)' if quick else ''} "
-        f"(load average after: {', '.join(f'{x:.2f}' for x in load)}).\n\n"
+        f"{meta['cpus']} CPUs, {meta['seconds']['total']} s in all"
+        f"{' (--quick)' if meta['quick'] else ''} "
+        f"(load average after: {', '.join(f'{x:.2f}' for x in meta['load_average_after'])}).\n\n"
         f"{markdown}\n\n## Query surfaces\n\n{query_markdown}\n\n"
         f"Query repeats stop after {budget.repeats} runs or once a surface has used "
         f"{budget.seconds:g} s of timed runs (at least {budget.least}); p99 of fewer than "
@@ -464,6 +469,40 @@ def main(argv: list[str]) -> None:
         "included (written by remote write: see `bench/query.py`).\n\n"
         "Details, per-repeat figures and peers' own numbers: `foundation.json`.\n"
     )
+
+
+def save(document: dict[str, Any], text: str) -> None:
+    """Overwrite ``foundation.json`` with ``document`` and ``foundation.md`` with ``text``."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "foundation.json").write_text(json.dumps(document, indent=2) + "\n")
+    (RESULTS / "foundation.md").write_text(text)
+
+
+def main(argv: list[str]) -> None:
+    """Run the benchmarks chosen, print their tables, and save them when every one ran."""
+    quick = "--quick" in argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    budget = query.QUICK if quick else query.Budget()
+    every = benches(budget)
+    only = chosen(argv, list(every))
+    results, seconds = run_all(every, only)
+    summary = rows(results)
+    queries = query_rows(results["query"]) if "query" in results else []
+    meta = describe_run(quick, seconds)
+    markdown = table(summary)
+    query_markdown = table(queries) if queries else ""
+    print(markdown)
+    if query_markdown:
+        print(f"\nQuery surfaces\n\n{query_markdown}")
+    if set(only) != every.keys():
+        print(f"\n{meta['seconds']}; --only: nothing saved")
+        return
+    document = {
+        "meta": meta,
+        "summary": [asdict(row) for row in summary],
+        "query_summary": [asdict(row) for row in queries],
+        "results": results,
+    }
+    save(document, foundation_md(meta, budget, markdown, query_markdown))
     print(f"\n{meta['seconds']}; written to {RESULTS}/foundation.json and .md")
 
 

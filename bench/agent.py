@@ -41,7 +41,8 @@ from agent.app import Sampler
 from agent.fakenvml import FakeNvml
 from agent.nvml import NvmlSampler
 from agent.packer import ProcSlot, RegionSpec, write_region
-from bench.push import cpu_seconds, memory_mib
+from bench.columns import aligned
+from bench.processes import cpu_seconds, memory_mib
 from collector.demo.cluster import build_cluster
 
 CARDS = 8
@@ -297,8 +298,7 @@ def table(result: dict[str, Any]) -> str:
             f"first push after {process['first_push_s']:.1f} s",
         ),
     ]
-    width = [max(len(r[i]) for r in rows) for i in range(2)]
-    lines = [f"{a:<{width[0]}}  {b:>{width[1]}}  {c}" for a, b, c in rows]
+    lines = aligned(rows)
     lines.append(f"meets goal: {result['meets_goal']} (real NVML calls cost more than the fake's)")
     return "\n".join(lines)
 

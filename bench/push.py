@@ -49,20 +49,20 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.columns import Line, aligned
+from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop
+from bench.timing import percentile
 from collector.batch import Source
 from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
@@ -110,7 +110,6 @@ _NAMESPACES = ("team-a", "team-b", "team-c", "ml-platform", "research", "inferen
 _SEQUENCE_MARK = 987_654_321
 _TIME_MARK = 1_234_567_890.5
 _PUSH_HEADERS = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------
@@ -268,53 +267,14 @@ def build_bodies(nodes: int, rounds: int, now: float) -> Bodies:
 
 
 # --------------------------------------------------------------------------
-# Processes: the collector, and reading a process's CPU and memory
+# The collector in its own process
 # --------------------------------------------------------------------------
-
-
-def loopback_socket() -> socket.socket:
-    """A socket bound to a loopback port the kernel picks, for a server to listen on.
-
-    Bound but not yet listening: the port is this process's from now on, unlike a
-    port that was free a moment ago.
-    """
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime: fields 14 and 15
-
-
-def memory_mib(pid: int) -> dict[str, float]:
-    """``VmRSS`` and ``VmHWM`` (peak RSS) of process ``pid``, in MiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop a process this benchmark started: SIGTERM, then SIGKILL after 10 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def serve(nodes: int) -> None:
     """Run the real collector on a loopback port, every simulated pod in its directory.
 
-    The port is printed first, alone on stdout, for :func:`run` to read.
+    The port is printed first, alone on stdout, for :func:`measure` to read.
     """
     from aiohttp import web
 
@@ -363,15 +323,6 @@ async def wait_healthy(
 # --------------------------------------------------------------------------
 # Load phases
 # --------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``; 0 if empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[rank]
 
 
 @dataclass
@@ -677,18 +628,11 @@ async def _load(
         }
 
 
-def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
-    """Start the collector in its own process, push at it, and compare with the peers.
+def measure(bodies: Bodies, fill_timeout: float) -> tuple[dict[str, Any], float]:
+    """Start the collector in its own process, push at it, stop it: the phases, its CPU seconds.
 
-    ``fill_timeout`` bounds the first round (each node's first push); the
-    later phases cycle over the nodes it got into the store.
+    If anything fails, the tail of the collector's log goes to stderr.
     """
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    bodies = build_bodies(NODES, ROUNDS, time.time())
-    build_s = time.perf_counter() - started
-    pull = pull_peer()
-    push = push_peer(bodies)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "bench.push", "serve", str(NODES)],
@@ -705,34 +649,25 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
             raise
         stop(process)
-    fill, paced_phase, saturated_phase = load["fill"], load["paced"], load["saturated"]
-    seen = load["visible"]
-    per_core = saturated_phase["accepted_per_collector_cpu_s"]
+    return load, cpu_total
+
+
+def against_goals(
+    load: dict[str, Any], pull: dict[str, Any], push: dict[str, Any]
+) -> dict[str, Any]:
+    """The headline figures, the push vs pull ratios, the goals, and whether all are met.
+
+    A paced phase that left pushes unsent, or push-to-visible samples given up,
+    count as an infinite p99.
+    """
+    paced_phase, seen = load["paced"], load["visible"]
+    per_core = load["saturated"]["accepted_per_collector_cpu_s"]
     push_http_us = 1e6 / per_core if per_core else math.inf
     accept_p99 = paced_phase["latency_p99_ms"] if not paced_phase["not_sent"] else math.inf
     visible_p99 = seen["visible_p99_ms"] if seen["samples"] == seen["asked"] else math.inf
     return {
-        "nodes": NODES,
-        "cards": CARDS,
-        "regions": REGIONS,
-        "offered_per_s": OFFERED,
-        "load_average_before": load_before,
-        "bodies_built": bodies.capacity,
-        "bodies_used": bodies.used,
-        "nodes_in_store": load["nodes_in_store"],
-        "build_s": build_s,
-        "wall_s": time.perf_counter() - started,
-        "collector_cpu_s_total": cpu_total,
-        **{k: v for k, v in load.items() if k.startswith("collector_rss")},
-        "fill": fill,
-        "saturated": saturated_phase,
-        "paced": paced_phase,
-        "light": load["light"],
-        "visible": seen,
-        "peer_pull": pull,
-        "peer_push_in_process": push,
         "accepted_per_collector_core_s": per_core,
-        "cold_accepted_per_collector_core_s": fill["accepted_per_collector_cpu_s"],
+        "cold_accepted_per_collector_core_s": load["fill"]["accepted_per_collector_cpu_s"],
         "accept_p99_ms": accept_p99,
         "visible_p99_ms": visible_p99,
         "push_http_us_per_snapshot": push_http_us,
@@ -748,12 +683,43 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
     }
 
 
-def table(result: dict[str, Any]) -> str:
-    """A small table of the figures against their goals and the pull peer."""
-    fill, paced_phase, seen = result["fill"], result["paced"], result["visible"]
-    pull, push = result["peer_pull"], result["peer_push_in_process"]
-    rows = [
-        ("figure", "measured", "goal / peer"),
+def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
+    """Start the collector in its own process, push at it, and compare with the peers.
+
+    ``fill_timeout`` bounds the first round (each node's first push); the
+    later phases cycle over the nodes it got into the store.
+    """
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    bodies = build_bodies(NODES, ROUNDS, time.time())
+    build_s = time.perf_counter() - started
+    pull = pull_peer()
+    push = push_peer(bodies)
+    load, cpu_total = measure(bodies, fill_timeout)
+    return {
+        "nodes": NODES,
+        "cards": CARDS,
+        "regions": REGIONS,
+        "offered_per_s": OFFERED,
+        "load_average_before": load_before,
+        "bodies_built": bodies.capacity,
+        "bodies_used": bodies.used,
+        "nodes_in_store": load["nodes_in_store"],
+        "build_s": build_s,
+        "wall_s": time.perf_counter() - started,
+        "collector_cpu_s_total": cpu_total,
+        **{k: v for k, v in load.items() if k.startswith("collector_rss")},
+        **{k: load[k] for k in ("fill", "saturated", "paced", "light", "visible")},
+        "peer_pull": pull,
+        "peer_push_in_process": push,
+        **against_goals(load, pull, push),
+    }
+
+
+def _load_lines(result: dict[str, Any]) -> list[Line]:
+    """Capacity per core, the cold fill, and the two paced phases' rates and latencies."""
+    fill, paced_phase, light = result["fill"], result["paced"], result["light"]
+    return [
         (
             "accepted per collector core-second (steady)",
             f"{result['accepted_per_collector_core_s']:,.0f}",
@@ -781,10 +747,15 @@ def table(result: dict[str, Any]) -> str:
         ),
         (
             f"  at {OFFERED * LIGHT_SHARE:,.0f}/s offered: p50 / p99 ms",
-            f"{result['light']['latency_p50_ms']:,.1f} / {result['light']['latency_p99_ms']:,.1f}",
-            f"accepted/s {result['light']['accepted_per_s']:,.0f}, "
-            f"not sent {result['light']['not_sent']:,}",
+            f"{light['latency_p50_ms']:,.1f} / {light['latency_p99_ms']:,.1f}",
+            f"accepted/s {light['accepted_per_s']:,.0f}, not sent {light['not_sent']:,}",
         ),
+    ]
+
+
+def _visible_lines(seen: dict[str, Any]) -> list[Line]:
+    """Push-to-visible, its page rebuild and transfer, and the one gzip sample."""
+    return [
         (
             "push-to-visible p50 / p99 ms",
             f"{seen['visible_p50_ms']:,.0f} / {seen['visible_p99_ms']:,.0f}",
@@ -800,6 +771,13 @@ def table(result: dict[str, Any]) -> str:
             f"{seen['visible_gzip_ms']:,.0f}",
             "what Prometheus asks for",
         ),
+    ]
+
+
+def _cost_lines(result: dict[str, Any]) -> list[Line]:
+    """Push CPU per snapshot, with HTTP and in process by part, beside the pull path."""
+    pull, push = result["peer_pull"], result["peer_push_in_process"]
+    return [
         (
             "push CPU us per snapshot, with HTTP",
             f"{result['push_http_us_per_snapshot']:,.0f}",
@@ -822,14 +800,25 @@ def table(result: dict[str, Any]) -> str:
             f"{push['cold_us_median']:,.0f}",
             f"put+metrics {push['cold_put_metrics_us_median']:,.0f}, pull cold {pull['cold_us']:,.0f}",
         ),
-        (
-            "collector RSS MiB filled / peak",
-            f"{result['collector_rss_mib_filled']:,.0f} / {result['collector_rss_mib_peak']:,.0f}",
-            f"{result['nodes_in_store']:,} nodes in the store",
-        ),
     ]
-    width = [max(len(r[i]) for r in rows) for i in range(2)]
-    lines = [f"{a:<{width[0]}}  {b:>{width[1]}}  {c}" for a, b, c in rows]
+
+
+def table(result: dict[str, Any]) -> str:
+    """A small table of the figures against their goals and the pull peer."""
+    rss = (
+        "collector RSS MiB filled / peak",
+        f"{result['collector_rss_mib_filled']:,.0f} / {result['collector_rss_mib_peak']:,.0f}",
+        f"{result['nodes_in_store']:,} nodes in the store",
+    )
+    lines = aligned(
+        [
+            ("figure", "measured", "goal / peer"),
+            *_load_lines(result),
+            *_visible_lines(result["visible"]),
+            *_cost_lines(result),
+            rss,
+        ]
+    )
     lines.append(
         f"meets goal: {result['meets_goal']}  (wall {result['wall_s']:.0f} s, "
         f"load average before {result['load_average_before']:.2f})"

@@ -85,7 +85,8 @@ from typing import IO, Any
 from aiohttp import web
 
 from bench.cluster import ROOT
-from bench.push import cpu_seconds, loopback_socket, memory_mib, percentile, stop
+from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop
+from bench.timing import percentile
 from collector.app import SETTINGS, STORE, build_app
 from collector.batch import Source
 from collector.demo.cluster import build_cluster

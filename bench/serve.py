@@ -36,7 +36,7 @@ import aiohttp
 from aiohttp import web
 
 from bench.cluster import HAMI, ROOT, warm
-from bench.push import loopback_socket
+from bench.processes import loopback_socket
 from bench.timing import median
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings

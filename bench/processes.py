@@ -1,0 +1,49 @@
+"""The processes a benchmark starts and watches: a loopback socket, CPU and memory, stopping."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def loopback_socket() -> socket.socket:
+    """A socket bound to a loopback port the kernel picks, for a server to listen on.
+
+    Bound but not yet listening: the port is this process's from now on, unlike a
+    port that was free a moment ago.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (``/proc/<pid>/stat``)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime: fields 14 and 15
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """``VmRSS`` and ``VmHWM`` (peak RSS) of process ``pid``, in MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process this benchmark started: SIGTERM, then SIGKILL after 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
