@@ -415,7 +415,7 @@ def encode_series(
 ) -> bytes:
     """One ``TimeSeries`` field of a ``WriteRequest``: labels, then samples oldest first.
 
-    ``tails`` caches, per timestamp, the end of a ``Element`` field after its value;
+    ``tails`` caches, per timestamp, the end of a ``Sample`` field after its value;
     every ``tails`` entry must have the same length (timestamps of one era).
     """
     n = len(values)
