@@ -33,8 +33,19 @@ class Source:
 class Batch:
     """One source's latest reading, normalised; immutable once made.
 
-    ``series`` maps a series key (see :mod:`collector.exposition.render`) to its
-    value; ``families`` holds the type and HELP of the families outside the schema.
+    ``series`` maps a series key to its value; ``families`` holds the type and
+    HELP of the families outside the schema. ``samples`` counts what the source
+    offered (exposition lines, or a push's readings), ``dropped`` what was left
+    out on purpose, ``duplicates`` what repeated a series of the same batch.
+
+    A series key is the canonical identity of a series, name and labels, as
+    bytes: ``name{a="b",...}`` with labels sorted and escaped, without ``node``
+    (:func:`collector.exposition.render.series_key` makes it,
+    :func:`~collector.exposition.render.key_labels` decodes it). Bytes hash and
+    compare in C and are most of an output line already; a typed key (a
+    NamedTuple of name and label pairs) measured 2.1 times the cost of building
+    and reading a 249k-series batch and about 800 bytes more per series, so the
+    typed form is made only where a reader needs the labels, once per series.
     """
 
     series: dict[bytes, float]
