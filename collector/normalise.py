@@ -104,18 +104,19 @@ class Normaliser:
         ``samples`` counts every reading offered, those dropped before included.
         """
         series: dict[bytes, float] = {}
-        offered = duplicates = 0
+        offered = 0
         for group in readings.groups:
-            for key, value in zip(self._keys(group), group.values, strict=True):
-                if value is not None:
-                    offered += 1
-                    duplicates += key in series
-                    series[key] = float(value)
+            keys, values = self._keys(group), group.values
+            if None in values:  # a reading that could not be read makes no series
+                kept = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+                keys, values = tuple(k for k, _ in kept), tuple(v for _, v in kept)
+            series.update(zip(keys, map(float, values), strict=True))
+            offered += len(values)
         self._previous_keys, self._group_keys = self._group_keys, {}
         return Batch(
             series,
             samples=offered + readings.dropped,
-            duplicates=duplicates,
+            duplicates=offered - len(series),  # each value either adds its key or repeats one
             dropped=readings.dropped,
         )
 
