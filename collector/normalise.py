@@ -110,7 +110,7 @@ class Normaliser:
             if None in values:  # a reading that could not be read makes no series
                 kept = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
                 keys, values = tuple(k for k, _ in kept), tuple(v for _, v in kept)
-            series.update(zip(keys, map(float, values), strict=True))
+            series.update(zip(keys, map(float, values), strict=True))  # type: ignore[arg-type]  # None filtered above
             offered += len(values)
         self._previous_keys, self._group_keys = self._group_keys, {}
         return Batch(
