@@ -6,19 +6,27 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pytest
 
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
-from collector.tsdb.series import STALE, Matcher, SeriesData
+from collector.tsdb.series import ABSENT, STALE, Columns, Matcher
 
 
 class MemoryStorage:
-    """A :class:`~collector.tsdb.series.Queryable` over series given as point lists."""
+    """A :class:`~collector.tsdb.series.Queryable` over series given as point lists.
 
-    def __init__(self) -> None:
+    Series whose points in the window have the same times come as one group,
+    so the evaluator's grouped path is exercised; ``spread`` lays every series
+    out on the union of its group's times instead (absent points where it has
+    none), the other shape a storage may hand out.
+    """
+
+    def __init__(self, spread: bool = False) -> None:
         self.series: list[tuple[dict[str, str], list[float], list[float]]] = []
         self.selects = 0
+        self.spread = spread
 
     def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
         """Add one series; ``points`` are ``(unix seconds, value)``, oldest first."""
@@ -26,28 +34,46 @@ class MemoryStorage:
         self.series.append((dict(labels), [t for t, _ in pts], [v for _, v in pts]))
 
     def _matching(
-        self, matchers: Sequence[Matcher]
+        self, matchers: Sequence[Matcher], start: float, end: float
     ) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
         for labels, times, values in self.series:
             if all(m.matches(labels) for m in matchers):
-                yield labels, times, values
+                lo, hi = bisect_left(times, start), bisect_right(times, end)
+                if hi > lo:
+                    yield labels, times[lo:hi], values[lo:hi]
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
         self.selects += 1
-        out = []
-        for labels, times, values in self._matching(matchers):
-            lo, hi = bisect_left(times, start), bisect_right(times, end)
-            if hi > lo:
-                out.append(SeriesData(labels, times[lo:hi], values[lo:hi]))
-        return out
+        found = list(self._matching(matchers, start, end))
+        if self.spread:
+            return [_spread(found)] if found else []
+        groups: dict[tuple[float, ...], list[tuple[dict[str, str], list[float]]]] = {}
+        for labels, times, values in found:
+            groups.setdefault(tuple(times), []).append((labels, values))
+        return [
+            Columns(np.array(times), [labels for labels, _ in rows], np.array([v for _, v in rows]))
+            for times, rows in groups.items()
+        ]
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
-        return {name for sd in self.select(matchers, start, end) for name in sd.labels}
+        return {name for labels, _, _ in self._matching(matchers, start, end) for name in labels}
 
     def label_values(
         self, name: str, matchers: Sequence[Matcher], start: float, end: float
     ) -> set[str]:
-        return {sd.labels[name] for sd in self.select(matchers, start, end) if name in sd.labels}
+        return {
+            labels[name] for labels, _, _ in self._matching(matchers, start, end) if name in labels
+        }
+
+
+def _spread(found: list[tuple[dict[str, str], list[float], list[float]]]) -> Columns:
+    """Every series on the union of their times, ABSENT where one has no point."""
+    axis = sorted({t for _, times, _ in found for t in times})
+    where = {t: i for i, t in enumerate(axis)}
+    values = np.full((len(found), len(axis)), ABSENT)
+    for row, (_, times, vals) in enumerate(found):
+        values[row, [where[t] for t in times]] = vals
+    return Columns(np.array(axis), [labels for labels, _, _ in found], values)
 
 
 # --- the data: every series sampled every 15 s over [0, 600] unless said ---
@@ -584,7 +610,7 @@ def test_timeout() -> None:
     class Slow(MemoryStorage):
         def select(
             self, matchers: Sequence[Matcher], start: float, end: float
-        ) -> Iterable[SeriesData]:
+        ) -> Iterable[Columns]:
             import time
 
             time.sleep(0.05)

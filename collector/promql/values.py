@@ -1,10 +1,10 @@
-"""The values a query handles: label sets, one step's vectors, the results, the query error."""
+"""The values a query hands back (vectors, scalars, strings, matrices), label sets, the query error."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,16 +17,6 @@ METRIC_NAME = "__name__"
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 """What a valid label name looks like."""
-
-StepVector = list[tuple[Labels, float]]
-"""An instant vector inside the evaluator, at one step: each element's labels and value."""
-
-TimedVector = list[tuple[Labels, int, float]]
-"""A selector's instant vector at one step with each sample's own timestamp (milliseconds)."""
-
-StepMatrix = list[tuple[Labels, list[int], list[float]]]
-"""A range vector at one step: each series' labels, times (milliseconds) and values."""
-
 
 @dataclass(slots=True)
 class Element:
@@ -78,7 +68,7 @@ def unsupported(feature: str) -> QueryError:
     return QueryError("execution", f"unsupported: {feature}")
 
 
-def labels_of(mapping: dict[str, str]) -> Labels:
+def labels_of(mapping: Mapping[str, str]) -> Labels:
     """The evaluator's form of a label set (empty values are absent labels, as in Prometheus)."""
     return tuple(sorted((k, v) for k, v in mapping.items() if v != ""))
 

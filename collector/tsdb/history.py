@@ -23,8 +23,10 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from collector.exposition.render import key_labels, key_name
-from collector.tsdb.series import STALE, Matcher, SeriesData, is_stale
+from collector.tsdb.series import STALE, Columns, Matcher, is_stale
 
 
 @dataclass(slots=True)
@@ -131,11 +133,21 @@ class History:
                 return
             cutoff += self.retention / 20
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
-        """Every series matching all ``matchers`` with its points in ``[start, end]``."""
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
+        """Every series matching all ``matchers`` with its points in ``[start, end]``.
+
+        One group per node and span of its times: the series of a node that cover
+        the same part of the window share their times. The arrays are copies.
+        """
+        spans: dict[tuple[int, int, int], tuple[_Node, list[_Line]]] = {}
         for state, line, a, b in self._matching(matchers, start, end):
-            yield SeriesData(
-                line.labels, state.times[a:b], line.values[a - line.start : b - line.start]
+            spans.setdefault((id(state), a, b), (state, []))[1].append(line)
+        for (_, a, b), (state, lines) in spans.items():
+            rows = b"".join(line.values[a - line.start : b - line.start] for line in lines)
+            yield Columns(
+                np.frombuffer(state.times[a:b], dtype=np.float64),
+                [line.labels for line in lines],
+                np.frombuffer(rows, dtype=np.float64).reshape(len(lines), b - a),
             )
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
