@@ -21,7 +21,7 @@ from collector.tsdb.series import Columns, Matcher, Queryable, absent_mask, stal
 from .arrays import Block, BoolArray, FloatArray, IntArray
 from .limits import Limits
 from .plan import MatrixNode, Node, SelectorNode, SubqueryNode, children
-from .timing import QueryTimes, ref_mode, refs, subquery_steps
+from .timing import QueryTimes, refs, subquery_steps
 from .values import Labels, labels_of
 
 
@@ -56,13 +56,13 @@ def prefetch(
     """Read every selector of ``root`` once, for evaluation at ``at_steps``."""
     reads: dict[tuple[tuple[Matcher, ...], int, int], Selected] = {}
     data: dict[int, Selected] = {}
-    for sel, lo, hi in _windows(root, at_steps, times, lookback_ms, None):
+    for sel, lo, hi in _windows(root, at_steps, times, lookback_ms):
         key = (sel.matchers, lo, hi)
         selected = reads.get(key)
         if selected is None:
             # A millisecond wider either side; the exact bounds are applied per step.
             found = storage.select(list(sel.matchers), (lo - 1) / 1000, (hi + 1) / 1000)
-            selected = reads[key] = _selected(found)
+            selected = reads[key] = _selected(found, lo, hi)
             limits.charge(sum(b.values.size for b in selected.blocks))
         data[id(sel)] = selected
     for sel in _selectors(root):  # selectors evaluated at no step at all read nothing
@@ -71,22 +71,27 @@ def prefetch(
 
 
 def _windows(
-    node: Node, at_steps: IntArray, times: QueryTimes, lookback_ms: int, parent: Node | None
+    node: Node, at_steps: IntArray, times: QueryTimes, lookback_ms: int
 ) -> Iterator[tuple[SelectorNode, int, int]]:
-    """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads."""
+    """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads.
+
+    These are Prometheus' select hints, and like Prometheus' storage a read
+    holds nothing outside them: an ``@`` time under ``predict_linear``, whose
+    windows slide with the steps (:func:`~.timing.ref_mode`), sees only the
+    points of its window at the first step.
+    """
     if not at_steps.size:
         return
     if isinstance(node, SelectorNode | MatrixNode):
         sel = node if isinstance(node, SelectorNode) else node.selector
         width = node.range_ms if isinstance(node, MatrixNode) else lookback_ms
-        at = refs(sel, at_steps, times, ref_mode(parent, node))
+        at = refs(sel, at_steps, times)
         yield sel, int(at.min()) - width, int(at.max())
     elif isinstance(node, SubqueryNode):
-        inner = subquery_steps(node, at_steps, times, ref_mode(parent, node))
-        yield from _windows(node.expr, inner, times, lookback_ms, node)
+        yield from _windows(node.expr, subquery_steps(node, at_steps, times), times, lookback_ms)
     else:
         for child in children(node):
-            yield from _windows(child, at_steps, times, lookback_ms, node)
+            yield from _windows(child, at_steps, times, lookback_ms)
 
 
 def _selectors(node: Node) -> Iterator[SelectorNode]:
@@ -96,14 +101,17 @@ def _selectors(node: Node) -> Iterator[SelectorNode]:
         yield from _selectors(child)
 
 
-def _selected(found: Iterable[Columns]) -> Selected:
-    """Storage groups as blocks, one per distinct time axis, and their series' label order."""
+def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
+    """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
+    series' label order."""
     axes: dict[bytes, tuple[IntArray, list[Labels], list[FloatArray]]] = {}
     for columns in found:
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
-        if not times.size:
-            continue
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
+        a, b = np.searchsorted(times, [lo, hi + 1])
+        if a >= b:
+            continue
+        times, values = times[a:b], values[:, a:b]
         _, labels, rows = axes.setdefault(times.tobytes(), (times, [], []))
         labels.extend(labels_of(m) for m in columns.labels)
         rows.append(values)

@@ -15,7 +15,7 @@ import numpy as np
 from .arrays import IntArray
 from .plan import At, CallNode, MatrixNode, Node, SelectorNode, SubqueryNode
 
-RefMode = Literal["plain", "timestamp", "drift"]
+RefMode = Literal["plain", "drift"]
 """How an ``@`` selector's reference time is found (see :func:`ref_mode`)."""
 
 
@@ -56,15 +56,12 @@ def anchored(at_steps: IntArray, at: int | None, mode: RefMode) -> IntArray:
 def ref_mode(parent: Node | None, child: Node) -> RefMode:
     """How ``child``'s ``@`` time becomes its reference time under ``parent`` (Prometheus 2.x).
 
-    ``timestamp(x @ t offset o)`` reads at ``t`` (the offset is dropped), and
     ``predict_linear(x[r] @ t, ...)``, the one function with a range argument
     that is not step invariant, slides with the steps from ``t - o`` at the
     first step (see :func:`anchored`).
     """
-    if isinstance(parent, CallNode):
-        if parent.name == "timestamp" and isinstance(child, SelectorNode):
-            return "timestamp"
-        if parent.name == "predict_linear" and isinstance(child, MatrixNode | SubqueryNode):
+    if isinstance(parent, CallNode) and parent.name == "predict_linear":
+        if isinstance(child, MatrixNode | SubqueryNode):
             return "drift"
     return "plain"
 
@@ -74,8 +71,7 @@ def refs(
 ) -> IntArray:
     """The time a selector looks back from at each step: the step less the offset, or ``@``'s."""
     at = None if selector.at is None else times.at(selector.at)
-    seen = anchored(at_steps, at, mode)
-    return seen if mode == "timestamp" and at is not None else seen - selector.offset_ms
+    return anchored(at_steps, at, mode) - selector.offset_ms
 
 
 def subquery_steps(
