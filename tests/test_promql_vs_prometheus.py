@@ -263,13 +263,17 @@ def openmetrics(series: list[tuple[dict[str, str], list[tuple[float, float]]]]) 
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MemoryStorage]]:
-    """A Prometheus serving the dataset, and the same data in memory."""
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, list[MemoryStorage]]]:
+    """A Prometheus serving the dataset, and the same data in memory in both storage shapes
+    (series grouped by their times, and every series on one axis with absent points)."""
     work = tmp_path_factory.mktemp("promql-diff")
     series = dataset()
-    storage = MemoryStorage()
+    storages = [MemoryStorage(), MemoryStorage(spread=True)]
     for labels, points in series:
-        storage.add(labels, points)
+        for storage in storages:
+            storage.add(labels, points)
     (work / "data.om").write_text(openmetrics(series))
     subprocess.run(
         [
@@ -285,7 +289,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         timeout=60,
     )
     with real_prometheus(work, {"global": {}}, tsdb=work / "db") as url:
-        yield url, storage
+        yield url, storages
 
 
 def api(url: str, path: str, **params: str) -> dict[str, Any]:
@@ -374,52 +378,59 @@ def compare(
     return problems
 
 
-def run_both(url: str, storage: MemoryStorage, query: str, at: float | None) -> tuple[Any, Any]:
+def ask_prometheus(url: str, query: str, at: float | None) -> dict[str, Any]:
+    """Prometheus' envelope for an instant query at ``at``, or the range query (None)."""
     if at is not None:
-        envelope = api(url, "query", query=query, time=f"{at:.3f}")
-        try:
-            mine: Any = ours(instant_query(query, at, storage), at)
-        except QueryError as exc:
-            mine = exc
-    else:
+        return api(url, "query", query=query, time=f"{at:.3f}")
+    start, end, step = RANGE
+    return api(url, "query_range", query=query, start=str(start), end=str(end), step=str(step))
+
+
+def ask_ours(storage: MemoryStorage, query: str, at: float | None) -> Any:
+    """Our answer in :func:`ours`' form, or the QueryError."""
+    try:
+        if at is not None:
+            return ours(instant_query(query, at, storage), at)
         start, end, step = RANGE
-        envelope = api(
-            url, "query_range", query=query, start=str(start), end=str(end), step=str(step)
-        )
-        try:
-            mine = ("matrix", ours(range_query(query, start, end, step, storage), 0)[1])
-        except QueryError as exc:
-            mine = exc
-    return envelope, mine
+        return ("matrix", ours(range_query(query, start, end, step, storage), 0)[1])
+    except QueryError as exc:
+        return exc
 
 
-def test_queries_match_prometheus(prometheus: tuple[str, MemoryStorage]) -> None:
-    url, storage = prometheus
+def differences_from(label: str, envelope: dict[str, Any], mine: Any, ordered: bool) -> list[str]:
+    """How our answer (or error) differs from Prometheus' envelope."""
+    if envelope["status"] != "success":
+        if not isinstance(mine, QueryError):
+            return [f"{label}: Prometheus fails ({envelope['error']}), we answer"]
+        if mine.error_type != envelope["errorType"] or (
+            mine.error_type == "execution" and mine.message != envelope["error"]
+        ):
+            return [
+                f"{label}: error {mine.error_type} ({mine}), "
+                f"Prometheus {envelope['errorType']} ({envelope['error']})"
+            ]
+        return []
+    if isinstance(mine, QueryError):
+        return [f"{label}: we fail ({mine.error_type}: {mine}), Prometheus answers"]
+    return compare(label, theirs(envelope["data"]), mine, ordered)
+
+
+def test_queries_match_prometheus(prometheus: tuple[str, list[MemoryStorage]]) -> None:
+    url, storages = prometheus
     problems: list[str] = []
     for query, ordered in QUERIES:
         for at in [*INSTANT_TIMES, None]:
-            label = f"{query!r} " + (f"at {at}" if at is not None else "range")
-            envelope, mine = run_both(url, storage, query, at)
-            if envelope["status"] != "success":
-                if not isinstance(mine, QueryError):
-                    problems.append(f"{label}: Prometheus fails ({envelope['error']}), we answer")
-                elif mine.error_type != envelope["errorType"] or (
-                    mine.error_type == "execution" and mine.message != envelope["error"]
-                ):
-                    problems.append(
-                        f"{label}: error {mine.error_type} ({mine}), "
-                        f"Prometheus {envelope['errorType']} ({envelope['error']})"
-                    )
-                continue
-            if isinstance(mine, QueryError):
-                problems.append(f"{label}: we fail ({mine.error_type}: {mine}), Prometheus answers")
-                continue
-            problems.extend(compare(label, theirs(envelope["data"]), mine, ordered))
+            envelope = ask_prometheus(url, query, at)
+            for storage in storages:
+                shape = "spread" if storage.spread else "grouped"
+                label = f"{query!r} " + (f"at {at}" if at is not None else "range") + f" ({shape})"
+                mine = ask_ours(storage, query, at)
+                problems.extend(differences_from(label, envelope, mine, ordered))
     firsts = list({p.split("' ")[0]: p for p in reversed(problems)}.values())
     assert not problems, "\n".join(firsts[:40]) + f"\n({len(problems)} problems)"
 
 
-def test_the_dataset_is_meaningful(prometheus: tuple[str, MemoryStorage]) -> None:
+def test_the_dataset_is_meaningful(prometheus: tuple[str, list[MemoryStorage]]) -> None:
     """Guard against a vacuous comparison: most queries return data at most times."""
     url, _ = prometheus
     empty = 0
