@@ -111,9 +111,9 @@ def db(request: pytest.FixtureRequest) -> MemoryStorage:
 Key = frozenset[tuple[str, str]]
 
 
-def vec(query: str, db: MemoryStorage, at: float = T, **kw: float) -> dict[Key, float]:
+def vec(query: str, db: MemoryStorage, at: float = T, lookback: float = 300.0) -> dict[Key, float]:
     """An instant query's vector as {label set: value} (order ignored)."""
-    result = instant_query(query, at, db, **kw)
+    result = instant_query(query, at, db, lookback)
     assert isinstance(result, list)
     out: dict[Key, float] = {}
     for s in result:

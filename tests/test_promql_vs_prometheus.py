@@ -165,7 +165,7 @@ QUERIES: list[tuple[str, bool]] = [
     (f"holt_winters({UTIL}[5m], 1.5, 0.5)", False),
     (f"holt_winters({UTIL}[5m], 0.5, 0)", False),
     (f'absent_over_time({USED}{{node="node-c"}}[5m] offset 16m)', False),
-    (f'absent_over_time(nope{{job="x"}}[5m])', False),
+    ('absent_over_time(nope{job="x"}[5m])', False),
     (f'absent_over_time({USED}{{pod="pod-3"}}[1m] offset 6m)', False),
     (f"quantile_over_time(0.3, {LAUNCHES}[10m]) - min_over_time({LAUNCHES}[1m])", False),
     # instant functions new to the engine
@@ -173,7 +173,10 @@ QUERIES: list[tuple[str, bool]] = [
     ("day_of_month() + day_of_week() * 100 + day_of_year() * 1000", False),
     ("days_in_month() + hour() * 100 + minute() * 10000 + month() + year()", False),
     (f"month({LIMIT} / 10) + year({LIMIT} / 10) + days_in_month({LIMIT} / 10)", False),
-    (f"day_of_year({USED} / 5) + day_of_week({USED} / 5) + hour({USED} / 3) + minute({USED})", False),
+    (
+        f"day_of_year({USED} / 5) + day_of_week({USED} / 5) + hour({USED} / 3) + minute({USED})",
+        False,
+    ),
     (f"day_of_month(timestamp({UTIL}))", False),
     (f"timestamp(sum({USED}))", False),
 ]

@@ -88,7 +88,7 @@ def _reduce(op: str, groups: Groups, vec: Vec) -> FloatArray:
         return _mean(groups, vec, masked, safe)
     mean = groups.reduce(np.add, masked) / safe
     deviation = np.where(present, vec.values - mean[groups.ids], 0.0)
-    variance = groups.reduce(np.add, deviation * deviation) / safe
+    variance: FloatArray = groups.reduce(np.add, deviation * deviation) / safe
     return np.sqrt(variance) if op == "stddev" else variance
 
 
@@ -163,8 +163,16 @@ def _quantile(groups: Groups, vec: Vec, q: FloatArray) -> FloatArray:
     upper = np.minimum(count - 1, lower + 1)
     weight = rank - np.floor(rank)
     last = max(0, values.size - 1)
-    low = values[np.clip(starts + np.nan_to_num(lower).astype(np.int64), 0, last)] if values.size else count
-    high = values[np.clip(starts + np.nan_to_num(upper).astype(np.int64), 0, last)] if values.size else count
+    low = (
+        values[np.clip(starts + np.nan_to_num(lower).astype(np.int64), 0, last)]
+        if values.size
+        else count
+    )
+    high = (
+        values[np.clip(starts + np.nan_to_num(upper).astype(np.int64), 0, last)]
+        if values.size
+        else count
+    )
     result = low * (1 - weight) + high * weight
     result = np.where(step_q < 0, -np.inf, np.where(step_q > 1, np.inf, result))
     result = np.where(np.isnan(step_q), np.nan, result)

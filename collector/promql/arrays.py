@@ -70,7 +70,9 @@ class Vec:
     def take(self, rows: Sequence[int] | IntArray) -> Vec:
         """The vector of the given rows, in that order."""
         index = np.asarray(rows, dtype=np.int64)
-        return Vec([self.labels[i] for i in index.tolist()], self.values[index], self.present[index])
+        return Vec(
+            [self.labels[i] for i in index.tolist()], self.values[index], self.present[index]
+        )
 
     def relabelled(self, labels: list[Labels]) -> Vec:
         """The same elements under new label sets (one per row)."""

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import SAME_LABELSET, BoolArray, FloatArray, Vec, duplicate_rows, first_overlap
-from .arrays import merge_rows
+from .arrays import (
+    SAME_LABELSET,
+    BoolArray,
+    FloatArray,
+    Vec,
+    duplicate_rows,
+    first_overlap,
+    merge_rows,
+)
 from .plan import ARITHMETIC, COMPARISON, BinaryNode
 from .values import METRIC_NAME, Labels, QueryError, drop_name, grouping_labels, labels_str
 
@@ -35,16 +42,18 @@ def arithmetic(op: str, a: FloatArray, b: FloatArray) -> FloatArray:
 def compare(op: str, a: FloatArray, b: FloatArray) -> BoolArray:
     """``a op b`` for a comparison operator, element-wise."""
     if op == "==":
-        return a == b
-    if op == "!=":
-        return a != b
-    if op == ">":
-        return a > b
-    if op == "<":
-        return a < b
-    if op == ">=":
-        return a >= b
-    return a <= b
+        result: BoolArray = a == b
+    elif op == "!=":
+        result = a != b
+    elif op == ">":
+        result = a > b
+    elif op == "<":
+        result = a < b
+    elif op == ">=":
+        result = a >= b
+    else:
+        result = a <= b
+    return result
 
 
 def scalar_binop(op: str, a: FloatArray, b: FloatArray) -> FloatArray:
@@ -100,7 +109,8 @@ def result_labels(node: BinaryNode, many: Labels, one: Labels) -> Labels:
 def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
     """Arithmetic or comparison between two vectors with one-to-one or many-to-one matching."""
     lhs, rhs = lhs.compact(), rhs.compact()
-    active = lhs.present.any(axis=0) & rhs.present.any(axis=0)
+    active: BoolArray = np.logical_or.reduce(lhs.present, axis=0)
+    active &= np.logical_or.reduce(rhs.present, axis=0)
     swapped = node.card == "one-to-many"
     many, one = (rhs, lhs) if swapped else (lhs, rhs)
     by_sig: dict[Labels, list[int]] = {}
@@ -108,7 +118,9 @@ def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
         by_sig.setdefault(signature(node, labels), []).append(row)
     failure = _one_side_clash(node, one, by_sig, active, "left" if swapped else "right")
     pairs = [
-        (i, r) for i, labels in enumerate(many.labels) for r in by_sig.get(signature(node, labels), ())
+        (i, r)
+        for i, labels in enumerate(many.labels)
+        for r in by_sig.get(signature(node, labels), ())
     ]
     mi = np.array([i for i, _ in pairs], dtype=np.int64)
     oi = np.array([r for _, r in pairs], dtype=np.int64)
@@ -123,9 +135,11 @@ def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
         keep = np.ones(both.shape, dtype=bool)
         value = arithmetic(node.op, vl, vr)
     present = both if node.return_bool else both & keep
-    labels = [result_labels(node, many.labels[i], one.labels[r]) for i, r in pairs]
-    out = Vec(labels, value, present)
-    failure = _earliest(failure, _match_clash(node, out, [signature(node, many.labels[i]) for i, _ in pairs]))
+    results = [result_labels(node, many.labels[i], one.labels[r]) for i, r in pairs]
+    out = Vec(results, value, present)
+    failure = _earliest(
+        failure, _match_clash(node, out, [signature(node, many.labels[i]) for i, _ in pairs])
+    )
     return _unique(out, failure)
 
 
@@ -219,6 +233,8 @@ def _any_by_signature(node: BinaryNode, side: Vec, rows: list[Labels]) -> BoolAr
     if side.labels:
         ids = np.array([index[signature(node, labels)] for labels in side.labels])
         np.logical_or.at(present, ids, side.present)
-    lookup = np.array([index.get(signature(node, labels), len(index)) for labels in rows], dtype=np.int64)
+    lookup = np.array(
+        [index.get(signature(node, labels), len(index)) for labels in rows], dtype=np.int64
+    )
     picked: BoolArray = present[lookup] if rows else np.zeros((0, side.steps), dtype=bool)
     return picked

@@ -58,7 +58,9 @@ class Evaluator:
         if isinstance(node, NegNode):
             return -self.scalar(node.expr, at)
         if isinstance(node, BinaryNode):
-            return binary.scalar_binop(node.op, self.scalar(node.lhs, at), self.scalar(node.rhs, at))
+            return binary.scalar_binop(
+                node.op, self.scalar(node.lhs, at), self.scalar(node.rhs, at)
+            )
         if isinstance(node, CallNode):
             if node.name == "time":
                 return at / 1000
@@ -92,7 +94,9 @@ class Evaluator:
             return self._call(node, at)
         if isinstance(node, NegNode):
             inner = self.vector(node.expr, at)
-            negated = Vec([drop_name(labels) for labels in inner.labels], -inner.values, inner.present)
+            negated = Vec(
+                [drop_name(labels) for labels in inner.labels], -inner.values, inner.present
+            )
             return unique_overall(negated)
         raise AssertionError(f"not a vector expression: {node!r}")
 
@@ -212,4 +216,3 @@ class Evaluator:
                 rows.append((labels, block.times[keep], block.values[row, keep]))
         ordered = [rows[i] for i in order.tolist()]
         return [row for row in ordered if row[1].size]
-

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .arrays import FloatArray, IntArray, Vec
+from .arrays import BoolArray, FloatArray, IntArray, Vec
 from .floats import MATH_FUNCTIONS, go_max, go_min, nan_last_order, round_to
 from .plan import DATE_FUNCTIONS, MatrixNode, Node, SelectorNode
 from .values import METRIC_NAME, Labels, drop_name
@@ -79,7 +79,9 @@ def date_function(name: str, seconds: FloatArray) -> FloatArray:
     elif name == "day_of_year":
         out = (days - years.astype("datetime64[D]")).astype(np.int64) + 1
     elif name == "days_in_month":
-        out = ((months + 1).astype("datetime64[D]") - months.astype("datetime64[D]")).astype(np.int64)
+        out = ((months + 1).astype("datetime64[D]") - months.astype("datetime64[D]")).astype(
+            np.int64
+        )
     elif name == "hour":
         out = (t // 3600) % 24
     elif name == "minute":
@@ -93,7 +95,7 @@ def date_function(name: str, seconds: FloatArray) -> FloatArray:
 
 def absent(vec: Vec, arg: Node) -> Vec:
     """``absent(arg)``: at each step, nothing if ``vec`` has elements, else one of value 1."""
-    present = ~vec.present.any(axis=0)
+    present: BoolArray = ~np.logical_or.reduce(vec.present, axis=0)
     return Vec([absent_labels(arg)], np.ones((1, vec.steps)), present[None, :])
 
 

@@ -24,10 +24,17 @@ class Limits:
     def __init__(self, timeout: float | None = None, max_samples: int | None = None) -> None:
         self._at = None if timeout is None else time.monotonic() + timeout
         self._max_samples = max_samples
+        self._canceled = False
         self.samples = 0
 
+    def cancel(self) -> None:
+        """Stop the query at its next check (its caller has gone); safe from any thread."""
+        self._canceled = True
+
     def check(self) -> None:
-        """Raise ``QueryError("timeout")`` once the time limit has passed."""
+        """Raise ``QueryError("timeout")`` once the time limit has passed, or once canceled."""
+        if self._canceled:
+            raise QueryError("canceled", "query was canceled in expression evaluation")
         if self._at is not None and time.monotonic() > self._at:
             raise QueryError("timeout", "query timed out in expression evaluation")
 

@@ -42,7 +42,7 @@ def _instant_block(
 ) -> tuple[FloatArray, BoolArray, IntArray]:
     times = block.times
     pos = np.searchsorted(times, at, side="right") - 1
-    rows, width = block.values.shape
+    rows = block.values.shape[0]
     if block.present.all():
         index = np.broadcast_to(pos, (rows, pos.size))
     else:
@@ -100,7 +100,8 @@ def _span(term: FloatArray, starts: IntArray, ends: IntArray) -> FloatArray:
     np.cumsum(term, axis=1, dtype=np.longdouble, out=prefix[:, 1:])
     ends = np.maximum(ends, starts)
     total = np.take_along_axis(prefix, ends, axis=1) - np.take_along_axis(prefix, starts, axis=1)
-    return total.astype(np.float64)
+    sums: FloatArray = total.astype(np.float64)
+    return sums
 
 
 class Window:
@@ -149,14 +150,18 @@ class Window:
     def first(self) -> IntArray:
         """Index of each window's oldest point."""
         width = self.points.shape[1]
-        index: IntArray = _next_point(self.points)[:, np.minimum(self.lo, width - 1)]
-        return np.minimum(index, width - 1)
+        index: IntArray = np.minimum(
+            _next_point(self.points)[:, np.minimum(self.lo, width - 1)], width - 1
+        )
+        return index
 
     @cached_property
     def _previous_points(self) -> IntArray:
         """For each position, the index of the newest point strictly before it (-1 if none)."""
         last = self._last_points
-        return np.concatenate([np.full((last.shape[0], 1), -1, dtype=np.int64), last[:, :-1]], axis=1)
+        return np.concatenate(
+            [np.full((last.shape[0], 1), -1, dtype=np.int64), last[:, :-1]], axis=1
+        )
 
     @cached_property
     def previous(self) -> IntArray:

@@ -31,19 +31,23 @@ DATE_FUNCTIONS = frozenset(
     {"day_of_month", "day_of_week", "day_of_year", "days_in_month"}
     | {"hour", "minute", "month", "year"}
 )
-VECTOR_FUNCTIONS = MATH_FUNCTIONS | DATE_FUNCTIONS | {
-    "round",
-    "clamp",
-    "clamp_min",
-    "clamp_max",
-    "label_replace",
-    "label_join",
-    "timestamp",
-    "vector",
-    "sort",
-    "sort_desc",
-    "absent",
-}
+VECTOR_FUNCTIONS = (
+    MATH_FUNCTIONS
+    | DATE_FUNCTIONS
+    | {
+        "round",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "label_replace",
+        "label_join",
+        "timestamp",
+        "vector",
+        "sort",
+        "sort_desc",
+        "absent",
+    }
+)
 RANGE_FUNCTIONS = frozenset(
     {"rate", "increase", "delta", "irate", "idelta", "changes", "resets"}
     | {"deriv", "predict_linear", "holt_winters"}
@@ -304,6 +308,7 @@ class _Converter:
 
     def _subquery(self, expr: pp.SubqueryExpr) -> SubqueryNode:
         step = _ms(expr.step.total_seconds()) if expr.step is not None else 0
+        assert expr.range is not None  # the grammar requires it
         return SubqueryNode(
             self.convert(expr.expr),
             _ms(expr.range.total_seconds()),

@@ -53,6 +53,15 @@ class Prepared:
     instant: bool
     evaluator: Evaluator
 
+    @property
+    def result_type(self) -> str:
+        """The API's ``resultType`` of the answer: ``vector``, ``matrix``, ``scalar`` or ``string``."""
+        return self.root.value_type if self.instant else "matrix"
+
+    def cancel(self) -> None:
+        """Make a running :meth:`run` stop at its next check (from any thread)."""
+        self.evaluator.limits.cancel()
+
     def run(self) -> Vector | Scalar | String | Matrix:
         """Evaluate: an instant query's value, or a range query's series sorted by labels."""
         with np.errstate(all="ignore"):  # Go's float arithmetic raises nothing either
@@ -75,7 +84,9 @@ class Prepared:
         values = vec.values[:, 0].tolist()
         return [
             Element(dict(labels), value)
-            for labels, value, present in zip(vec.labels, values, vec.present[:, 0].tolist(), strict=True)
+            for labels, value, present in zip(
+                vec.labels, values, vec.present[:, 0].tolist(), strict=True
+            )
             if present
         ]
 

@@ -106,7 +106,7 @@ def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, Floa
 
 
 def _deriv(win: Window, _: Sequence[FloatArray]) -> Result:
-    slope, _ = _regression(win, win.time(win.first))
+    slope = _regression(win, win.time(win.first))[0]
     return slope, win.count >= 2
 
 
@@ -156,11 +156,13 @@ def _tensor_fn(
 
 def _max(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
     # NaN only where every value is NaN: Prometheus replaces a NaN maximum by any value.
-    return np.fmax.reduce(np.where(mask, values, np.nan), axis=2)
+    found: FloatArray = np.fmax.reduce(np.where(mask, values, np.nan), axis=2)
+    return found
 
 
 def _min(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
-    return np.fmin.reduce(np.where(mask, values, np.nan), axis=2)
+    found: FloatArray = np.fmin.reduce(np.where(mask, values, np.nan), axis=2)
+    return found
 
 
 def _variance(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
@@ -175,7 +177,9 @@ def _stddev(values: FloatArray, mask: BoolArray, r: int, args: Sequence[FloatArr
     return np.sqrt(_variance(values, mask, r, args))
 
 
-def _quantile(values: FloatArray, mask: BoolArray, _: int, args: Sequence[FloatArray]) -> FloatArray:
+def _quantile(
+    values: FloatArray, mask: BoolArray, _: int, args: Sequence[FloatArray]
+) -> FloatArray:
     """Prometheus' ``quantile``: NaNs sort first, then linear interpolation between ranks."""
     (q,) = args
     nan = mask & np.isnan(values)
@@ -233,7 +237,9 @@ def check_smoothing(count: np.ndarray, sf: FloatArray, tf: FloatArray) -> None:
     row = int(np.flatnonzero(cells.any(axis=1))[0])
     step = int(np.flatnonzero(cells[row])[0])
     if not (0 < sf[step] < 1) and not np.isnan(sf[step]):
-        message = f"invalid smoothing factor. Expected: 0 < sf < 1, got: {go_float_verb_f(sf[step])}"
+        message = (
+            f"invalid smoothing factor. Expected: 0 < sf < 1, got: {go_float_verb_f(sf[step])}"
+        )
     else:
         message = f"invalid trend factor. Expected: 0 < tf < 1, got: {go_float_verb_f(tf[step])}"
     raise QueryError("execution", message)

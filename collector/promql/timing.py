@@ -60,10 +60,8 @@ def ref_mode(parent: Node | None, child: Node) -> RefMode:
     that is not step invariant, slides with the steps from ``t - o`` at the
     first step (see :func:`anchored`).
     """
-    if isinstance(parent, CallNode) and parent.name == "predict_linear":
-        if isinstance(child, MatrixNode | SubqueryNode):
-            return "drift"
-    return "plain"
+    drifts = isinstance(parent, CallNode) and parent.name == "predict_linear"
+    return "drift" if drifts and isinstance(child, MatrixNode | SubqueryNode) else "plain"
 
 
 def refs(

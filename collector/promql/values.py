@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-ErrorType = Literal["bad_data", "execution", "timeout"]
+ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
 
 Labels = tuple[tuple[str, str], ...]
 """A label set inside the evaluator: ``(name, value)`` pairs sorted by name, hashable."""
@@ -17,6 +17,7 @@ METRIC_NAME = "__name__"
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 """What a valid label name looks like."""
+
 
 @dataclass(slots=True)
 class Element:

@@ -48,12 +48,14 @@ def is_stale(value: float) -> bool:
 
 def stale_mask(values: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     """Where ``values`` holds the staleness marker (compared bit for bit)."""
-    return values.view(np.uint64) == np.uint64(_STALE_BITS)
+    found: npt.NDArray[np.bool_] = values.view(np.uint64) == np.uint64(_STALE_BITS)
+    return found
 
 
 def absent_mask(values: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     """Where ``values`` holds :data:`ABSENT` (compared bit for bit)."""
-    return values.view(np.uint64) == np.uint64(_ABSENT_BITS)
+    found: npt.NDArray[np.bool_] = values.view(np.uint64) == np.uint64(_ABSENT_BITS)
+    return found
 
 
 Op = Literal["=", "!=", "=~", "!~"]
