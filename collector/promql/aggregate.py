@@ -14,7 +14,7 @@ import numpy as np
 from .arrays import BoolArray, FloatArray, IntArray, Vec
 from .floats import format_float, go_float_str
 from .plan import AggNode
-from .values import LABEL_NAME, METRIC_NAME, Labels, QueryError, grouping_labels
+from .values import LABEL_NAME, METRIC_NAME, Labels, QueryError, grouping_keys
 
 _INT64_MAX = 9.223372036854775807e18
 
@@ -22,22 +22,43 @@ _INT64_MAX = 9.223372036854775807e18
 class Groups:
     """Which group each row belongs to, and the groups' label sets (in first-appearance order)."""
 
-    def __init__(self, labels: list[Labels], grouping: frozenset[str], without: bool) -> None:
+    def __init__(
+        self,
+        labels: list[Labels],
+        grouping: frozenset[str],
+        without: bool,
+        rank: IntArray | None = None,
+    ) -> None:
         index: dict[Labels, int] = {}
-        ids = np.empty(len(labels), dtype=np.int64)
-        for row, row_labels in enumerate(labels):
-            key = grouping_labels(row_labels, grouping, keep=not without)
-            ids[row] = index.setdefault(key, len(index))
-        self.ids = ids
+        keys = grouping_keys(labels, grouping, keep=not without)
+        ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
         self.labels = list(index)
+        if rank is not None and ids.size:  # number the groups by first appearance in rank order
+            first = np.full(len(self.labels), ids.size, dtype=np.int64)
+            np.minimum.at(first, ids, rank)
+            appearance = np.argsort(first, kind="stable")
+            renumber = np.empty_like(appearance)
+            renumber[appearance] = np.arange(appearance.size, dtype=np.int64)
+            ids = renumber[ids]
+            self.labels = [self.labels[i] for i in appearance.tolist()]
+        self.ids = ids
         self.order = np.argsort(ids, kind="stable")
         sorted_ids = ids[self.order]
         self.starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+        self._cells: IntArray | None = None
 
     def reduce(self, ufunc: np.ufunc, rows: np.ndarray) -> np.ndarray:
         """``ufunc`` over each group's rows (``rows`` is ``(n, k)``, in row order)."""
         reduced: np.ndarray = ufunc.reduceat(rows[self.order], self.starts, axis=0)
         return reduced
+
+    def total(self, rows: np.ndarray) -> FloatArray:
+        """The sum of each group's rows at each step (one ``bincount``, the fastest way)."""
+        steps = rows.shape[1]
+        if self._cells is None:  # each element's (group, step) cell
+            self._cells = (self.ids[:, None] * steps + np.arange(steps)).ravel()
+        sums = np.bincount(self._cells, rows.ravel(), len(self.labels) * steps)
+        return sums.astype(np.float64, copy=False).reshape(len(self.labels), steps)
 
 
 def aggregate(node: AggNode, vec: Vec, param: FloatArray | str | None) -> Vec:
@@ -49,11 +70,11 @@ def aggregate(node: AggNode, vec: Vec, param: FloatArray | str | None) -> Vec:
         return _top(node, vec, _int64(param))
     if node.op == "count_values":
         assert isinstance(param, str)
-        return _count_values(node, vec, param)
+        return _count_values(node, vec.ordered(), param)
     if not vec.labels:
         return Vec.empty(steps)
-    groups = Groups(vec.labels, frozenset(node.grouping), node.without)
-    present = groups.reduce(np.logical_or, vec.present)
+    groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank)
+    present = groups.total(vec.present) > 0
     if node.op == "quantile":
         assert isinstance(param, np.ndarray)
         values = _quantile(groups, vec, param)
@@ -72,27 +93,27 @@ def _int64(param: FloatArray) -> IntArray:
 
 def _reduce(op: str, groups: Groups, vec: Vec) -> FloatArray:
     present = vec.present
-    count = groups.reduce(np.add, present.astype(np.int64))
+    count = groups.total(present)
     if op == "count":
-        return count.astype(np.float64)
+        return count
     if op == "group":
         return np.ones(count.shape)
     masked = np.where(present, vec.values, 0.0)
     if op == "sum":
-        return groups.reduce(np.add, masked)
+        return groups.total(masked)
     if op in ("max", "min"):
         pick = np.fmax if op == "max" else np.fmin
         return groups.reduce(pick, np.where(present, vec.values, np.nan))
     safe = np.maximum(count, 1)
     if op == "avg":
         return _mean(groups, vec, masked, safe)
-    mean = groups.reduce(np.add, masked) / safe
+    mean = groups.total(masked) / safe
     deviation = np.where(present, vec.values - mean[groups.ids], 0.0)
-    variance: FloatArray = groups.reduce(np.add, deviation * deviation) / safe
+    variance: FloatArray = groups.total(deviation * deviation) / safe
     return np.sqrt(variance) if op == "stddev" else variance
 
 
-def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: IntArray) -> FloatArray:
+def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> FloatArray:
     """``avg``: sum over count, with Prometheus' incremental mean's infinities (it never overflows).
 
     Any NaN or infinities of both signs give NaN, one sign of infinity gives it.
@@ -100,15 +121,15 @@ def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: IntArray) -> Floa
     present = vec.present
     finite = np.isfinite(vec.values)
     numbers = np.where(finite, masked, 0.0)
-    mean = groups.reduce(np.add, numbers) / count
+    mean = groups.total(numbers) / count
     if not np.isfinite(mean).all():  # finite values past float64's range: sum them wider
         wide = groups.reduce(np.add, numbers.astype(np.longdouble))
         mean = (wide / count).astype(np.float64)
     if finite[present].all():
         return mean
-    nan = groups.reduce(np.logical_or, present & np.isnan(vec.values))
-    up = groups.reduce(np.logical_or, present & (vec.values == np.inf))
-    down = groups.reduce(np.logical_or, present & (vec.values == -np.inf))
+    nan = groups.total(present & np.isnan(vec.values)) > 0
+    up = groups.total(present & (vec.values == np.inf)) > 0
+    down = groups.total(present & (vec.values == -np.inf)) > 0
     mean = np.where(up, np.inf, np.where(down, -np.inf, mean))
     return np.where(nan | (up & down), np.nan, mean)
 
@@ -137,14 +158,15 @@ def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
     """``topk``/``bottomk``: the input elements ranked within their group at each step."""
     if not vec.labels:
         return Vec.empty(vec.steps)
-    groups = Groups(vec.labels, frozenset(node.grouping), node.without)
+    groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank)
     rows, cols, rank = _ranked(vec, groups.ids, node.op == "topk", nan_first=False)
     keep = rank < k[cols]
     present = np.zeros(vec.present.shape, dtype=bool)
     present[rows[keep], cols[keep]] = True
-    out = Vec(vec.labels, vec.values, present)
+    out = vec.with_values(vec.values, present)
     if vec.steps == 1:  # an instant query shows the order: by group, then rank
-        return out.take(rows[keep])
+        chosen = out.take(rows[keep])
+        return Vec(chosen.labels, chosen.values, chosen.present)
     return out
 
 

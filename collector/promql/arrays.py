@@ -49,13 +49,17 @@ class Vec:
     """An instant vector at every step: ``values`` and ``present`` are ``(n, k)``.
 
     Row ``i`` is the series labelled ``labels[i]``; it has an element at step
-    ``j`` where ``present[i, j]``. Rows keep Prometheus' element order, which
-    an instant query's answer shows.
+    ``j`` where ``present[i, j]``. Prometheus' element order (which an
+    instant query's answer shows) is the rows' order, or, where ``rank`` is
+    set, the order of ``rank``: rows read from the storage stay in its order,
+    where their labels lie together in memory, which makes per-series label
+    work several times faster than in label order.
     """
 
     labels: list[Labels]
     values: FloatArray
     present: BoolArray
+    rank: IntArray | None = None
 
     @staticmethod
     def empty(steps: int) -> Vec:
@@ -68,15 +72,33 @@ class Vec:
         return int(self.values.shape[1])
 
     def take(self, rows: Sequence[int] | IntArray) -> Vec:
-        """The vector of the given rows, in that order."""
+        """The vector of the given rows (their ranks kept)."""
         index = np.asarray(rows, dtype=np.int64)
-        return Vec(
-            [self.labels[i] for i in index.tolist()], self.values[index], self.present[index]
-        )
+        labels = [self.labels[i] for i in index.tolist()]
+        rank = None if self.rank is None else self.rank[index]
+        return Vec(labels, self.values[index], self.present[index], rank)
+
+    def ordered(self) -> Vec:
+        """The same vector with its rows in Prometheus' order (no ``rank``)."""
+        if self.rank is None:
+            return self
+        order = np.argsort(self.rank, kind="stable")
+        labels = [self.labels[i] for i in order.tolist()]
+        return Vec(labels, self.values[order], self.present[order])
+
+    def ranks(self) -> IntArray:
+        """Each row's place in Prometheus' order."""
+        if self.rank is not None:
+            return self.rank
+        return np.arange(len(self.labels), dtype=np.int64)
 
     def relabelled(self, labels: list[Labels]) -> Vec:
         """The same elements under new label sets (one per row)."""
-        return Vec(labels, self.values, self.present)
+        return Vec(labels, self.values, self.present, self.rank)
+
+    def with_values(self, values: FloatArray, present: BoolArray | None = None) -> Vec:
+        """The same series (labels, order) with new values and, if given, presence."""
+        return Vec(self.labels, values, self.present if present is None else present, self.rank)
 
     def compact(self) -> Vec:
         """Without the rows that have no element at any step."""
@@ -120,7 +142,7 @@ def merge_rows(vec: Vec, groups: list[list[int]]) -> Vec:
             present[head] |= take
             keep[row] = False
     index = np.flatnonzero(keep)
-    return Vec([vec.labels[i] for i in index.tolist()], values[index], present[index])
+    return Vec(vec.labels, values, present, vec.rank).take(index)
 
 
 def unique_per_step(vec: Vec) -> Vec:

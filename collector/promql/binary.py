@@ -72,10 +72,10 @@ def vector_scalar(node: BinaryNode, vec: Vec, scalar: FloatArray, swap: bool) ->
         keep = compare(op, a, b)
         if node.return_bool:
             named = [drop_name(labels) for labels in vec.labels]
-            return _unique(Vec(named, keep.astype(np.float64), vec.present), None)
-        return Vec(vec.labels, vec.values, vec.present & keep)
+            return _unique(Vec(named, keep.astype(np.float64), vec.present, vec.rank), None)
+        return vec.with_values(vec.values, vec.present & keep)
     named = [drop_name(labels) for labels in vec.labels]
-    return _unique(Vec(named, arithmetic(op, a, b), vec.present), None)
+    return _unique(Vec(named, arithmetic(op, a, b), vec.present, vec.rank), None)
 
 
 def signature(node: BinaryNode, labels: Labels) -> Labels:
@@ -136,7 +136,7 @@ def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
         value = arithmetic(node.op, vl, vr)
     present = both if node.return_bool else both & keep
     results = [result_labels(node, many.labels[i], one.labels[r]) for i, r in pairs]
-    out = Vec(results, value, present)
+    out = Vec(results, value, present, None if many.rank is None else many.rank[mi])
     failure = _earliest(
         failure, _match_clash(node, out, [signature(node, many.labels[i]) for i, _ in pairs])
     )
@@ -155,6 +155,7 @@ def _one_side_clash(
                 step = int(clash[0])
     if step is None:
         return None
+    one = one.ordered()  # Prometheus names the pair it meets first, in its order
     seen: dict[Labels, Labels] = {}
     for row in np.flatnonzero(one.present[:, step]).tolist():
         labels = one.labels[row]
@@ -212,16 +213,16 @@ def set_operation(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
     lhs, rhs = lhs.compact(), rhs.compact()
     if node.op == "or":
         left_any = _any_by_signature(node, lhs, rhs.labels)
-        kept = Vec(rhs.labels, rhs.values, rhs.present & ~left_any)
         joined = Vec(
-            lhs.labels + kept.labels,
-            np.concatenate([lhs.values, kept.values]),
-            np.concatenate([lhs.present, kept.present]),
+            lhs.labels + rhs.labels,
+            np.concatenate([lhs.values, rhs.values]),
+            np.concatenate([lhs.present, rhs.present & ~left_any]),
+            np.concatenate([lhs.ranks(), rhs.ranks() + len(lhs.labels)]),
         )
         return _unique(joined, None)
     right_any = _any_by_signature(node, rhs, lhs.labels)
     present = lhs.present & right_any if node.op == "and" else lhs.present & ~right_any
-    return Vec(lhs.labels, lhs.values, present)
+    return lhs.with_values(lhs.values, present)
 
 
 def _any_by_signature(node: BinaryNode, side: Vec, rows: list[Labels]) -> BoolArray:

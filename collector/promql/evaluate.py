@@ -94,9 +94,8 @@ class Evaluator:
             return self._call(node, at)
         if isinstance(node, NegNode):
             inner = self.vector(node.expr, at)
-            negated = Vec(
-                [drop_name(labels) for labels in inner.labels], -inner.values, inner.present
-            )
+            named = [drop_name(labels) for labels in inner.labels]
+            negated = Vec(named, -inner.values, inner.present, inner.rank)
             return unique_overall(negated)
         raise AssertionError(f"not a vector expression: {node!r}")
 
@@ -134,9 +133,12 @@ class Evaluator:
         if name == "timestamp" and isinstance(arg, SelectorNode):
             # On a plain selector, the sample's own time (not the evaluation time).
             where = refs(arg, at, self.times, ref_mode(node, arg))
-            found, sample_times = lookup.instant(self.selection.of(arg), where, self.lookback_ms)
+            found, sample_times = lookup.instant(
+                self.selection.of(arg), where, self.lookback_ms, with_times=True
+            )
+            assert sample_times is not None
             named = [drop_name(labels) for labels in found.labels]
-            return unique_per_step(Vec(named, sample_times / 1000, found.present))
+            return unique_per_step(Vec(named, sample_times / 1000, found.present, found.rank))
         if name in ("label_replace", "label_join"):
             rewrite = relabel(node)
             vec = self.vector(arg, at)
@@ -168,9 +170,9 @@ class Evaluator:
         every = [labels for b in blocks for labels in b.labels]
         if node.name != "last_over_time":
             every = [drop_name(labels) for labels in every]
-        values = np.concatenate([p[0] for p in parts])[order]
-        present = np.concatenate([p[1] for p in parts])[order]
-        return unique_overall(Vec([every[i] for i in order.tolist()], values, present))
+        values = np.concatenate([p[0] for p in parts])
+        present = np.concatenate([p[1] for p in parts])
+        return unique_overall(Vec(every, values, present, lookup.rank_of(order)))
 
     def _range_source(self, parent: CallNode, arg: Node, at: IntArray) -> RangeSource:
         """A range vector argument's blocks, output order, window ends and range."""
@@ -180,26 +182,27 @@ class Evaluator:
             ends = refs(arg.selector, at, self.times, mode)
             return selected.blocks, selected.order, ends, arg.range_ms
         assert isinstance(arg, SubqueryNode)
-        block = self.subquery_block(arg, subquery_steps(arg, at, self.times, mode))
-        order = np.arange(len(block.labels), dtype=np.int64)
+        block, order = self.subquery_block(arg, subquery_steps(arg, at, self.times, mode))
         return [block], order, subquery_refs(arg, at, self.times, mode), arg.range_ms
 
-    def subquery_block(self, node: SubqueryNode, inner: IntArray) -> Block:
-        """A subquery's expression at its own steps, as a block of points (no staleness markers)."""
+    def subquery_block(self, node: SubqueryNode, inner: IntArray) -> tuple[Block, IntArray]:
+        """A subquery's expression at its own steps, as a block of points (no staleness
+        markers), and its rows' Prometheus order."""
         if node.expr.value_type == "scalar":
             values = self.scalar(node.expr, inner)[None, :]
             vec = Vec([()], values, np.ones(values.shape, dtype=bool))
         else:
             vec = self.vector(node.expr, inner)
         stale = np.zeros(vec.present.shape, dtype=bool)
-        return Block(inner, vec.labels, vec.values, vec.present, stale)
+        order = np.argsort(vec.ranks(), kind="stable")
+        return Block(inner, vec.labels, vec.values, vec.present, stale), order
 
     def matrix(self, node: Node, at: int) -> list[tuple[Labels, IntArray, FloatArray]]:
         """A top-level range vector (instant queries only): each series' points in its window."""
         step = np.array([at], dtype=np.int64)
         if isinstance(node, SubqueryNode):
-            block = self.subquery_block(node, subquery_steps(node, step, self.times))
-            blocks, order = [block], np.arange(len(block.labels), dtype=np.int64)
+            block, order = self.subquery_block(node, subquery_steps(node, step, self.times))
+            blocks = [block]
             end = int(subquery_refs(node, step, self.times)[0])
         else:
             assert isinstance(node, MatrixNode)

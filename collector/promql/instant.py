@@ -28,7 +28,7 @@ def apply(name: str, vec: Vec, args: Sequence[FloatArray], at_steps: IntArray) -
     if name == "clamp":
         present = present & ~(args[1] < args[0])[None, :]
     values = _values(name, vec.values, args, at_steps)
-    return Vec([drop_name(labels) for labels in vec.labels], values, present)
+    return Vec([drop_name(labels) for labels in vec.labels], values, present, vec.rank)
 
 
 def _values(
@@ -56,6 +56,7 @@ def _sorted(vec: Vec, descending: bool) -> Vec:
     """``sort``, ``sort_desc``: order only shows in an instant query, a single step."""
     if vec.steps != 1 or len(vec.labels) < 2:
         return vec
+    vec = vec.ordered()
     keyed = np.where(vec.present[:, 0], vec.values[:, 0], np.nan)
     order = nan_last_order(keyed, descending)
     return vec.take(order)

@@ -17,6 +17,8 @@ from functools import cached_property
 
 import numpy as np
 
+from collector.tsdb.series import stale_mask
+
 from .arrays import Block, BoolArray, FloatArray, IntArray, Vec
 from .select import Selected
 
@@ -24,37 +26,50 @@ TENSOR_CELLS = 1 << 22
 """Most values one window tensor holds (series x steps x points), 32 MiB of float64."""
 
 
-def instant(selected: Selected, at: IntArray, lookback_ms: int) -> tuple[Vec, IntArray]:
-    """The selector at reference times ``at``: the vector, and each element's sample time (ms)."""
-    parts = [_instant_block(b, at, lookback_ms) for b in selected.blocks]
+def instant(
+    selected: Selected, at: IntArray, lookback_ms: int, with_times: bool = False
+) -> tuple[Vec, IntArray | None]:
+    """The selector at reference times ``at``: the vector, and (``with_times``) each element's
+    sample time (ms)."""
+    parts = [_instant_block(b, at, lookback_ms, with_times) for b in selected.blocks]
     if not parts:
-        return Vec.empty(at.size), np.zeros((0, at.size), dtype=np.int64)
-    order = selected.order
-    values = np.concatenate([p[0] for p in parts])[order]
-    present = np.concatenate([p[1] for p in parts])[order]
-    times = np.concatenate([p[2] for p in parts])[order]
+        return Vec.empty(at.size), np.zeros((0, at.size), dtype=np.int64) if with_times else None
+    values = _joined([p[0] for p in parts])
+    present = _joined([p[1] for p in parts])
+    times = _joined([p[2] for p in parts]) if with_times else None  # type: ignore[misc]
     every = [labels for b in selected.blocks for labels in b.labels]
-    return Vec([every[i] for i in order.tolist()], values, present), times
+    return Vec(every, values, present, rank_of(selected.order)), times
+
+
+def rank_of(order: IntArray) -> IntArray:
+    """Each row's place in ``order`` (the inverse permutation)."""
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size, dtype=np.int64)
+    return rank
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The blocks' rows laid end to end."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _instant_block(
-    block: Block, at: IntArray, lookback_ms: int
-) -> tuple[FloatArray, BoolArray, IntArray]:
+    block: Block, at: IntArray, lookback_ms: int, with_times: bool
+) -> tuple[FloatArray, BoolArray, IntArray | None]:
+    """One block at each reference time: values, where found, and sample times if asked."""
     times = block.times
     pos = np.searchsorted(times, at, side="right") - 1
-    rows = block.values.shape[0]
+    oldest = np.searchsorted(times, at - lookback_ms, side="left")
+    rows, width = block.values.shape
     if block.present.all():
         index = np.broadcast_to(pos, (rows, pos.size))
     else:
-        last = _last_point(block.present)
-        index = np.where(pos >= 0, last[:, np.maximum(pos, 0)], -1)
-    found = index >= 0
+        index = _last_point(block.present)[:, np.maximum(pos, 0)]
+    found = (index >= oldest[None, :]) & (pos >= 0)[None, :]
     index = np.maximum(index, 0)
-    sample_times = times[index]
-    found &= sample_times >= (at - lookback_ms)
-    values = np.take_along_axis(block.values, index, axis=1)
-    found &= ~np.take_along_axis(block.stale, index, axis=1)
-    return values, found, sample_times
+    values = block.values.ravel().take(index + (np.arange(rows) * width)[:, None])
+    found &= ~stale_mask(values)  # the newest point is a staleness marker: no value
+    return values, found, times[index] if with_times else None
 
 
 def _last_point(points: BoolArray) -> IntArray:

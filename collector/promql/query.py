@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.tsdb.series import Queryable
+from collector.tsdb.series import Queryable, pairs_key
 
 from .arrays import IntArray, Vec
 from .evaluate import Evaluator
@@ -80,7 +80,7 @@ class Prepared:
                 RangeSeries(dict(labels), list(zip((t / 1000).tolist(), v.tolist(), strict=True)))
                 for labels, t, v in ev.matrix(root, int(at[0]))
             ]
-        vec = ev.vector(root, at)
+        vec = ev.vector(root, at).ordered()
         values = vec.values[:, 0].tolist()
         return [
             Element(dict(labels), value)
@@ -101,7 +101,8 @@ class Prepared:
 def _series(vec: Vec, at: IntArray) -> Matrix:
     """A vector over the steps as the range query's series, sorted by labels."""
     out = []
-    for row in sorted(range(len(vec.labels)), key=vec.labels.__getitem__):
+    keys = [pairs_key(labels) for labels in vec.labels]
+    for row in sorted(range(len(keys)), key=keys.__getitem__):
         index = np.flatnonzero(vec.present[row])
         if index.size:
             points = zip((at[index] / 1000).tolist(), vec.values[row, index].tolist(), strict=True)

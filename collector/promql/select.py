@@ -16,13 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.tsdb.series import Columns, Matcher, Queryable, absent_mask, stale_mask
+from collector.tsdb.series import (
+    Columns,
+    LabelSet,
+    Matcher,
+    Queryable,
+    absent_mask,
+    label_pairs,
+    pairs_key,
+    stale_mask,
+)
 
 from .arrays import Block, BoolArray, FloatArray, IntArray
 from .limits import Limits
 from .plan import MatrixNode, Node, SelectorNode, SubqueryNode, children
 from .timing import QueryTimes, refs, subquery_steps
-from .values import Labels, labels_of
+from .values import Labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +113,7 @@ def _selectors(node: Node) -> Iterator[SelectorNode]:
 def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
     """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
     series' label order."""
-    axes: dict[bytes, tuple[IntArray, list[Labels], list[FloatArray]]] = {}
+    axes: dict[bytes, tuple[IntArray, list[Labels], list[str], list[FloatArray]]] = {}
     for columns in found:
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
@@ -112,11 +121,17 @@ def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
         if a >= b:
             continue
         times, values = times[a:b], values[:, a:b]
-        _, labels, rows = axes.setdefault(times.tobytes(), (times, [], []))
-        labels.extend(labels_of(m) for m in columns.labels)
+        _, labels, keys, rows = axes.setdefault(times.tobytes(), (times, [], [], []))
+        for mapping in columns.labels:
+            if isinstance(mapping, LabelSet):  # the storage's own sorted forms
+                labels.append(mapping.pairs)
+                keys.append(mapping.key)
+            else:
+                labels.append(label_pairs(mapping))
+                keys.append(pairs_key(labels[-1]))
         rows.append(values)
-    blocks = [_block(times, labels, rows) for times, labels, rows in axes.values()]
-    every = [labels for block in blocks for labels in block.labels]
+    blocks = [_block(times, labels, rows) for times, labels, _, rows in axes.values()]
+    every = [key for _, _, keys, _ in axes.values() for key in keys]
     order = np.array(sorted(range(len(every)), key=every.__getitem__), dtype=np.int64)
     return Selected(blocks, order)
 

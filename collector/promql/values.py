@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from collector.tsdb.series import Pairs
+
 ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
 
-Labels = tuple[tuple[str, str], ...]
+Labels = Pairs
 """A label set inside the evaluator: ``(name, value)`` pairs sorted by name, hashable."""
 
 METRIC_NAME = "__name__"
@@ -69,11 +71,6 @@ def unsupported(feature: str) -> QueryError:
     return QueryError("execution", f"unsupported: {feature}")
 
 
-def labels_of(mapping: Mapping[str, str]) -> Labels:
-    """The evaluator's form of a label set (empty values are absent labels, as in Prometheus)."""
-    return tuple(sorted((k, v) for k, v in mapping.items() if v != ""))
-
-
 def labels_str(labels: Labels) -> str:
     """Go's ``labels.Labels.String()``: ``{a="b", c="d"}``."""
     return "{" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in labels) + "}"
@@ -87,8 +84,17 @@ def drop_name(labels: Labels) -> Labels:
     return labels
 
 
+def grouping_keys(rows: list[Labels], names: Collection[str], keep: bool) -> list[Labels]:
+    """:func:`grouping_labels` of every row (one comprehension: this is per series work)."""
+    if keep:
+        return [tuple([p for p in labels if p[0] in names]) for labels in rows]
+    return [
+        tuple([p for p in labels if p[0] not in names and p[0] != METRIC_NAME]) for labels in rows
+    ]
+
+
 def grouping_labels(labels: Labels, names: Collection[str], keep: bool) -> Labels:
     """The labels in ``names`` (``keep``: ``by``, ``on``), or all but those and ``__name__``."""
     if keep:
-        return tuple(p for p in labels if p[0] in names)
-    return tuple(p for p in labels if p[0] not in names and p[0] != METRIC_NAME)
+        return tuple([p for p in labels if p[0] in names])
+    return tuple([p for p in labels if p[0] not in names and p[0] != METRIC_NAME])

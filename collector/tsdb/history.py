@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collector.exposition.render import key_labels, key_name
-from collector.tsdb.series import STALE, Columns, Matcher, is_stale
+from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher, is_stale
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class _Line:
     node: str
     start: int
     values: array[float] = field(default_factory=lambda: array("d"))
-    parsed: dict[str, str] | None = None
+    parsed: LabelSet | None = None
 
     @property
     def end(self) -> int:
@@ -51,7 +51,7 @@ class _Line:
     def labels(self) -> dict[str, str]:
         if self.parsed is None:
             name, labels = key_labels(self.key)
-            self.parsed = {"__name__": name, **dict(labels), "node": self.node}
+            self.parsed = LabelSet({"__name__": name, **dict(labels), "node": self.node})
         return self.parsed
 
 
@@ -136,19 +136,20 @@ class History:
     def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
         """Every series matching all ``matchers`` with its points in ``[start, end]``.
 
-        One group per node and span of its times: the series of a node that cover
-        the same part of the window share their times. The arrays are copies.
+        One group per node: the node's times in the window, a row per series
+        (ABSENT where a series has no point). The arrays are copies.
         """
-        spans: dict[tuple[int, int, int], tuple[_Node, list[_Line]]] = {}
+        nodes: dict[int, tuple[_Node, list[tuple[_Line, int, int]]]] = {}
         for state, line, a, b in self._matching(matchers, start, end):
-            spans.setdefault((id(state), a, b), (state, []))[1].append(line)
-        for (_, a, b), (state, lines) in spans.items():
-            rows = b"".join(line.values[a - line.start : b - line.start] for line in lines)
-            yield Columns(
-                np.frombuffer(state.times[a:b], dtype=np.float64),
-                [line.labels for line in lines],
-                np.frombuffer(rows, dtype=np.float64).reshape(len(lines), b - a),
-            )
+            nodes.setdefault(id(state), (state, []))[1].append((line, a, b))
+        for state, found in nodes.values():
+            lo = min(a for _, a, _ in found)
+            hi = max(b for _, _, b in found)
+            values = np.full((len(found), hi - lo), ABSENT)
+            for row, (line, a, b) in enumerate(found):
+                values[row, a - lo : b - lo] = line.values[a - line.start : b - line.start]
+            times = np.frombuffer(state.times[lo:hi], dtype=np.float64)
+            yield Columns(times, [line.labels for line, _, _ in found], values)
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""
