@@ -11,16 +11,17 @@ import pytest
 
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
-from collector.tsdb.series import ABSENT, STALE, Columns, Matcher
+from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher
 
 
 class MemoryStorage:
     """A :class:`~collector.tsdb.series.Queryable` over series given as point lists.
 
     Series whose points in the window have the same times come as one group,
-    so the evaluator's grouped path is exercised; ``spread`` lays every series
-    out on the union of its group's times instead (absent points where it has
-    none), the other shape a storage may hand out.
+    so the evaluator's grouped path is exercised, with plain dicts for labels;
+    ``spread`` lays every series out on the union of its group's times instead
+    (absent points where it has none) with :class:`LabelSet` labels, the other
+    shapes a storage may hand out.
     """
 
     def __init__(self, spread: bool = False) -> None:
@@ -31,7 +32,8 @@ class MemoryStorage:
     def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
         """Add one series; ``points`` are ``(unix seconds, value)``, oldest first."""
         pts = list(points)
-        self.series.append((dict(labels), [t for t, _ in pts], [v for _, v in pts]))
+        kept = LabelSet(labels) if self.spread else dict(labels)
+        self.series.append((kept, [t for t, _ in pts], [v for _, v in pts]))
 
     def _matching(
         self, matchers: Sequence[Matcher], start: float, end: float

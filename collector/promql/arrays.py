@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .values import Labels, QueryError
+from collector.tsdb.series import LabelSet
+
+from .values import Labels, QueryError, drop_name
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -29,7 +31,8 @@ class Block:
 
     ``present`` marks the points (staleness markers included: an instant
     selector stops at one); ``stale`` marks the staleness markers, which range
-    selections skip.
+    selections skip. ``maps`` are the storage's own label sets of the rows
+    when it hands out immutable ones (:class:`~collector.tsdb.series.LabelSet`).
     """
 
     times: IntArray
@@ -37,6 +40,7 @@ class Block:
     values: FloatArray
     present: BoolArray
     stale: BoolArray
+    maps: list[LabelSet] | None = None
 
     @property
     def points(self) -> BoolArray:
@@ -60,6 +64,9 @@ class Vec:
     values: FloatArray
     present: BoolArray
     rank: IntArray | None = None
+    maps: list[LabelSet] | None = None
+    """The rows' label sets as the storage keeps them (dict lookups are fast); they may still
+    hold ``__name__`` where ``labels`` lost it, and are None once labels change otherwise."""
 
     @staticmethod
     def empty(steps: int) -> Vec:
@@ -74,17 +81,18 @@ class Vec:
     def take(self, rows: Sequence[int] | IntArray) -> Vec:
         """The vector of the given rows (their ranks kept)."""
         index = np.asarray(rows, dtype=np.int64)
-        labels = [self.labels[i] for i in index.tolist()]
+        rows_ = index.tolist()
+        labels = [self.labels[i] for i in rows_]
         rank = None if self.rank is None else self.rank[index]
-        return Vec(labels, self.values[index], self.present[index], rank)
+        maps = None if self.maps is None else [self.maps[i] for i in rows_]
+        return Vec(labels, self.values[index], self.present[index], rank, maps)
 
     def ordered(self) -> Vec:
         """The same vector with its rows in Prometheus' order (no ``rank``)."""
         if self.rank is None:
             return self
-        order = np.argsort(self.rank, kind="stable")
-        labels = [self.labels[i] for i in order.tolist()]
-        return Vec(labels, self.values[order], self.present[order])
+        ordered = self.take(np.argsort(self.rank, kind="stable"))
+        return Vec(ordered.labels, ordered.values, ordered.present, None, ordered.maps)
 
     def ranks(self) -> IntArray:
         """Each row's place in Prometheus' order."""
@@ -98,7 +106,14 @@ class Vec:
 
     def with_values(self, values: FloatArray, present: BoolArray | None = None) -> Vec:
         """The same series (labels, order) with new values and, if given, presence."""
-        return Vec(self.labels, values, self.present if present is None else present, self.rank)
+        present = self.present if present is None else present
+        return Vec(self.labels, values, present, self.rank, self.maps)
+
+    def unnamed(self, values: FloatArray, present: BoolArray | None = None) -> Vec:
+        """The series without their metric names, with new values (and presence)."""
+        present = self.present if present is None else present
+        named = [drop_name(labels) for labels in self.labels]
+        return Vec(named, values, present, self.rank, self.maps)
 
     def compact(self) -> Vec:
         """Without the rows that have no element at any step."""

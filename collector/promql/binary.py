@@ -71,11 +71,9 @@ def vector_scalar(node: BinaryNode, vec: Vec, scalar: FloatArray, swap: bool) ->
     if op in COMPARISON:
         keep = compare(op, a, b)
         if node.return_bool:
-            named = [drop_name(labels) for labels in vec.labels]
-            return _unique(Vec(named, keep.astype(np.float64), vec.present, vec.rank), None)
+            return _unique(vec.unnamed(keep.astype(np.float64)), None)
         return vec.with_values(vec.values, vec.present & keep)
-    named = [drop_name(labels) for labels in vec.labels]
-    return _unique(Vec(named, arithmetic(op, a, b), vec.present, vec.rank), None)
+    return _unique(vec.unnamed(arithmetic(op, a, b)), None)
 
 
 def signature(node: BinaryNode, labels: Labels) -> Labels:

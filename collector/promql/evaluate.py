@@ -94,9 +94,7 @@ class Evaluator:
             return self._call(node, at)
         if isinstance(node, NegNode):
             inner = self.vector(node.expr, at)
-            named = [drop_name(labels) for labels in inner.labels]
-            negated = Vec(named, -inner.values, inner.present, inner.rank)
-            return unique_overall(negated)
+            return unique_overall(inner.unnamed(-inner.values))
         raise AssertionError(f"not a vector expression: {node!r}")
 
     def _aggregate(self, node: AggNode, at: IntArray) -> Vec:
@@ -137,8 +135,7 @@ class Evaluator:
                 self.selection.of(arg), where, self.lookback_ms, with_times=True
             )
             assert sample_times is not None
-            named = [drop_name(labels) for labels in found.labels]
-            return unique_per_step(Vec(named, sample_times / 1000, found.present, found.rank))
+            return unique_per_step(found.unnamed(sample_times / 1000))
         if name in ("label_replace", "label_join"):
             rewrite = relabel(node)
             vec = self.vector(arg, at)
@@ -172,7 +169,8 @@ class Evaluator:
             every = [drop_name(labels) for labels in every]
         values = np.concatenate([p[0] for p in parts])
         present = np.concatenate([p[1] for p in parts])
-        return unique_overall(Vec(every, values, present, lookup.rank_of(order)))
+        maps = lookup.maps_of(blocks)
+        return unique_overall(Vec(every, values, present, lookup.rank_of(order), maps))
 
     def _range_source(self, parent: CallNode, arg: Node, at: IntArray) -> RangeSource:
         """A range vector argument's blocks, output order, window ends and range."""

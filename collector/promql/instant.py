@@ -14,7 +14,7 @@ import numpy as np
 from .arrays import BoolArray, FloatArray, IntArray, Vec
 from .floats import MATH_FUNCTIONS, go_max, go_min, nan_last_order, round_to
 from .plan import DATE_FUNCTIONS, MatrixNode, Node, SelectorNode
-from .values import METRIC_NAME, Labels, drop_name
+from .values import METRIC_NAME, Labels
 
 _DATE_LIMIT = 1e17
 """Seconds past which a date is not computed (NaN): far beyond any year numpy can name."""
@@ -28,7 +28,7 @@ def apply(name: str, vec: Vec, args: Sequence[FloatArray], at_steps: IntArray) -
     if name == "clamp":
         present = present & ~(args[1] < args[0])[None, :]
     values = _values(name, vec.values, args, at_steps)
-    return Vec([drop_name(labels) for labels in vec.labels], values, present, vec.rank)
+    return vec.unnamed(values, present)
 
 
 def _values(

@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from collector.tsdb.series import stale_mask
+from collector.tsdb.series import LabelSet, stale_mask
 
 from .arrays import Block, BoolArray, FloatArray, IntArray, Vec
 from .select import Selected
@@ -38,7 +38,15 @@ def instant(
     present = _joined([p[1] for p in parts])
     times = _joined([p[2] for p in parts]) if with_times else None  # type: ignore[misc]
     every = [labels for b in selected.blocks for labels in b.labels]
-    return Vec(every, values, present, rank_of(selected.order)), times
+    maps = maps_of(selected.blocks)
+    return Vec(every, values, present, rank_of(selected.order), maps), times
+
+
+def maps_of(blocks: list[Block]) -> list[LabelSet] | None:
+    """The storage's label sets of the blocks' rows, if every block has them."""
+    if any(b.maps is None for b in blocks):
+        return None
+    return [m for b in blocks if b.maps is not None for m in b.maps]
 
 
 def rank_of(order: IntArray) -> IntArray:
@@ -61,15 +69,34 @@ def _instant_block(
     pos = np.searchsorted(times, at, side="right") - 1
     oldest = np.searchsorted(times, at - lookback_ms, side="left")
     rows, width = block.values.shape
-    if block.present.all():
-        index = np.broadcast_to(pos, (rows, pos.size))
-    else:
-        index = _last_point(block.present)[:, np.maximum(pos, 0)]
+    index = _newest_at(block.present, pos)
     found = (index >= oldest[None, :]) & (pos >= 0)[None, :]
     index = np.maximum(index, 0)
     values = block.values.ravel().take(index + (np.arange(rows) * width)[:, None])
     found &= ~stale_mask(values)  # the newest point is a staleness marker: no value
     return values, found, times[index] if with_times else None
+
+
+def _newest_at(points: BoolArray, pos: IntArray) -> IntArray:
+    """For each row and step, the index of the newest point at or before ``pos`` (-1 if none).
+
+    Rows whose points are one unbroken run (a storage's usual rows: a series
+    from its first point to its last) need no pass along time: the answer is
+    ``pos`` clipped to the run.
+    """
+    rows, width = points.shape
+    if points.all():
+        return np.broadcast_to(pos, (rows, pos.size))
+    first = points.argmax(axis=1)
+    last = width - 1 - points[:, ::-1].argmax(axis=1)
+    count = points.sum(axis=1)
+    if not np.array_equal(np.where(count > 0, last - first + 1, 0), count):
+        return _last_point(points)[:, np.maximum(pos, 0)]
+    last = np.where(count > 0, last, -1)
+    newest: IntArray = np.where(
+        pos[None, :] >= first[:, None], np.minimum(pos[None, :], last[:, None]), -1
+    )
+    return newest
 
 
 def _last_point(points: BoolArray) -> IntArray:

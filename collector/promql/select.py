@@ -11,8 +11,8 @@ so later work is per block, not per storage group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -113,30 +113,48 @@ def _selectors(node: Node) -> Iterator[SelectorNode]:
 def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
     """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
     series' label order."""
-    axes: dict[bytes, tuple[IntArray, list[Labels], list[str], list[FloatArray]]] = {}
+    axes: dict[bytes, _Axis] = {}
     for columns in found:
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
         a, b = np.searchsorted(times, [lo, hi + 1])
-        if a >= b:
-            continue
-        times, values = times[a:b], values[:, a:b]
-        _, labels, keys, rows = axes.setdefault(times.tobytes(), (times, [], [], []))
-        for mapping in columns.labels:
-            if isinstance(mapping, LabelSet):  # the storage's own sorted forms
-                labels.append(mapping.pairs)
-                keys.append(mapping.key)
-            else:
-                labels.append(label_pairs(mapping))
-                keys.append(pairs_key(labels[-1]))
-        rows.append(values)
-    blocks = [_block(times, labels, rows) for times, labels, _, rows in axes.values()]
-    every = [key for _, _, keys, _ in axes.values() for key in keys]
+        if a < b:
+            times = times[a:b]
+            axis = axes.setdefault(times.tobytes(), _Axis(times))
+            axis.add(columns.labels, values[:, a:b])
+    blocks = [axis.block() for axis in axes.values()]
+    every = [key for axis in axes.values() for key in axis.keys]
     order = np.array(sorted(range(len(every)), key=every.__getitem__), dtype=np.int64)
     return Selected(blocks, order)
 
 
-def _block(times: IntArray, labels: list[Labels], rows: list[FloatArray]) -> Block:
-    values = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0])
-    present: BoolArray = ~absent_mask(values)
-    return Block(times, labels, values, present, stale_mask(values))
+@dataclass(slots=True)
+class _Axis:
+    """The series read on one time axis, gathered into one block."""
+
+    times: IntArray
+    labels: list[Labels] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    maps: list[LabelSet] | None = field(default_factory=list)
+    rows: list[FloatArray] = field(default_factory=list)
+
+    def add(self, labels: Sequence[Mapping[str, str]], values: FloatArray) -> None:
+        """One storage group's series."""
+        for mapping in labels:
+            if isinstance(mapping, LabelSet):  # the storage's own sorted forms
+                self.labels.append(mapping.pairs)
+                self.keys.append(mapping.key)
+                if self.maps is not None:
+                    self.maps.append(mapping)
+            else:
+                self.labels.append(label_pairs(mapping))
+                self.keys.append(pairs_key(self.labels[-1]))
+                self.maps = None  # a plain mapping may change under us: not kept
+        self.rows.append(values)
+
+    def block(self) -> Block:
+        """The block of every series added."""
+        rows = self.rows
+        values = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0])
+        present: BoolArray = ~absent_mask(values)
+        return Block(self.times, self.labels, values, present, stale_mask(values), self.maps)

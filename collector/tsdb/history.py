@@ -18,6 +18,7 @@ passed (oldest first, across all nodes).
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -27,6 +28,24 @@ import numpy as np
 
 from collector.exposition.render import key_labels, key_name
 from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher, is_stale
+
+_ABSENT_BYTES = struct.pack("<d", ABSENT)
+
+
+def _columns(node: _Node, found: list[tuple[_Line, int, int]]) -> Columns:
+    """One node's matching lines as a group: its times ``[lo, hi)``, rows padded with ABSENT."""
+    lo = min([a for _, a, _ in found])
+    hi = max([b for _, _, b in found])
+    rows: list[bytes | memoryview] = []
+    for line, a, b in found:  # one bytes join of views: a single copy
+        if a > lo:
+            rows.append(_ABSENT_BYTES * (a - lo))
+        rows.append(memoryview(line.values)[a - line.start : b - line.start])
+        if b < hi:
+            rows.append(_ABSENT_BYTES * (hi - b))
+    values = np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(found), hi - lo)
+    times = np.frombuffer(node.times[lo:hi], dtype=np.float64)
+    return Columns(times, [line.labels for line, _, _ in found], values)
 
 
 @dataclass(slots=True)
@@ -139,17 +158,16 @@ class History:
         One group per node: the node's times in the window, a row per series
         (ABSENT where a series has no point). The arrays are copies.
         """
-        nodes: dict[int, tuple[_Node, list[tuple[_Line, int, int]]]] = {}
+        node: _Node | None = None
+        found: list[tuple[_Line, int, int]] = []
         for state, line, a, b in self._matching(matchers, start, end):
-            nodes.setdefault(id(state), (state, []))[1].append((line, a, b))
-        for state, found in nodes.values():
-            lo = min(a for _, a, _ in found)
-            hi = max(b for _, _, b in found)
-            values = np.full((len(found), hi - lo), ABSENT)
-            for row, (line, a, b) in enumerate(found):
-                values[row, a - lo : b - lo] = line.values[a - line.start : b - line.start]
-            times = np.frombuffer(state.times[lo:hi], dtype=np.float64)
-            yield Columns(times, [line.labels for line, _, _ in found], values)
+            if state is not node:  # _matching goes node by node
+                if node is not None:
+                    yield _columns(node, found)
+                node, found = state, []
+            found.append((line, a, b))
+        if node is not None:
+            yield _columns(node, found)
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""
