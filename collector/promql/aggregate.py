@@ -32,13 +32,13 @@ class Groups:
         rank: IntArray | None = None,
         maps: list[LabelSet] | None = None,
     ) -> None:
-        index: dict[Labels, int] = {}
         if maps is not None and not without and METRIC_NAME not in grouping:
-            keys = _by_lookups(maps, sorted(grouping))  # dict lookups: much faster
+            ids, self.labels = _by_lookups(maps, sorted(grouping))
         else:
+            index: dict[Labels, int] = {}
             keys = grouping_keys(labels, grouping, keep=not without)
-        ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
-        self.labels = list(index)
+            ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+            self.labels = list(index)
         # Rows of one group lying together (a storage's rows grouped by node) need no sort.
         together = bool(ids.size) and bool((ids[1:] >= ids[:-1]).all())
         self._pick: IntArray | None = None
@@ -79,12 +79,24 @@ class Groups:
         return sums.astype(np.float64, copy=False).reshape(len(self.labels), steps)
 
 
-def _by_lookups(maps: list[LabelSet], names: list[str]) -> list[Labels]:
-    """The ``by`` labels of each row, looked up by name in the storage's label sets."""
+def _by_lookups(maps: list[LabelSet], names: list[str]) -> tuple[IntArray, list[Labels]]:
+    """``by`` grouping from the storage's label sets: each row's group, and the groups' labels.
+
+    The rows are keyed by their values alone (strings hash once), which is
+    several times faster than building each row's label pairs.
+    """
+    index: dict[object, int] = {}
     if len(names) == 1:
         (name,) = names
-        return [((name, v),) if (v := m.get(name)) else () for m in maps]
-    return [tuple([(n, v) for n in names if (v := m.get(n))]) for m in maps]
+        keys: list[object] = [m.get(name, "") for m in maps]
+    else:
+        keys = [tuple([m.get(n, "") for n in names]) for m in maps]
+    ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+    labels = []
+    for key in index:
+        values: tuple[str, ...] = (key,) if isinstance(key, str) else key  # type: ignore[assignment]
+        labels.append(tuple([(n, v) for n, v in zip(names, values, strict=True) if v]))
+    return ids, labels
 
 
 def aggregate(node: AggNode, vec: Vec, param: FloatArray | str | None) -> Vec:

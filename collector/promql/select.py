@@ -140,17 +140,18 @@ class _Axis:
 
     def add(self, labels: Sequence[Mapping[str, str]], values: FloatArray) -> None:
         """One storage group's series."""
-        for mapping in labels:
-            if isinstance(mapping, LabelSet):  # the storage's own sorted forms
-                self.labels.append(mapping.pairs)
-                self.keys.append(mapping.key)
-                if self.maps is not None:
-                    self.maps.append(mapping)
-            else:
-                self.labels.append(label_pairs(mapping))
-                self.keys.append(pairs_key(self.labels[-1]))
-                self.maps = None  # a plain mapping may change under us: not kept
         self.rows.append(values)
+        if set(map(type, labels)) == {LabelSet}:  # the storage's own sorted forms
+            sets: Sequence[LabelSet] = labels  # type: ignore[assignment]
+            self.labels.extend([m.pairs for m in sets])
+            self.keys.extend([m.key for m in sets])
+            if self.maps is not None:
+                self.maps.extend(sets)
+            return
+        pairs = [label_pairs(m) for m in labels]
+        self.labels.extend(pairs)
+        self.keys.extend([pairs_key(p) for p in pairs])
+        self.maps = None  # a plain mapping may change under us: not kept
 
     def block(self) -> Block:
         """The block of every series added."""
