@@ -97,6 +97,7 @@ from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
+from collector.tsdb.series import absent_mask
 
 NODES = 1000
 SEED = 1
@@ -550,14 +551,14 @@ def remote_write(base: str, history: History, start: float, end: float) -> dict[
             parts: list[bytes] = []
             size = 0
             t0 = time.perf_counter()
-            for s in history.select([], lo, hi):
-                labels = label_cache.get(id(s.labels))
+            for s_labels, times, values in _points(history, lo, hi):
+                labels = label_cache.get(id(s_labels))
                 if labels is None:
-                    labels = label_cache[id(s.labels)] = encode_labels(s.labels, pairs)
-                part = encode_series(labels, s.times, s.values, tails)
+                    labels = label_cache[id(s_labels)] = encode_labels(s_labels, pairs)
+                part = encode_series(labels, times, values, tails)
                 parts.append(part)
                 size += len(part)
-                samples += len(s.values)
+                samples += len(values)
                 series += 1
                 if size >= REMOTE_WRITE_BYTES:
                     encode_s += time.perf_counter() - t0
@@ -581,6 +582,18 @@ def remote_write(base: str, history: History, start: float, end: float) -> dict[
         "send_s": sent["send_s"],
         "samples_per_s_prometheus": samples / sent["send_s"] if sent["send_s"] else 0.0,
     }
+
+
+def _points(
+    history: History, lo: float, hi: float
+) -> Iterator[tuple[Any, list[float], list[float]]]:
+    """Each series of the history in ``[lo, hi]``: labels, times and values (staleness markers
+    included, absent points left out)."""
+    for group in history.select([], lo, hi):
+        gone = absent_mask(group.values)
+        for row, labels in enumerate(group.labels):
+            keep = ~gone[row]
+            yield labels, group.times[keep].tolist(), group.values[row, keep].tolist()
 
 
 # --------------------------------------------------------------------------

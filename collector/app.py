@@ -77,7 +77,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
     app.router.add_get("/metrics", page.handle)
-    app.router.add_routes(PrometheusAPI(store, settings.lookback).routes())
+    app.router.add_routes(PrometheusAPI.from_settings(store, settings).routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
     rest_api = RestApi(STORE, settings.interval)

@@ -118,6 +118,19 @@ class CollectorSettings(FileSettings):
     lookback: float = Field(
         300.0, gt=0, description="PromQL lookback delta, seconds (Prometheus: 5 minutes)."
     )
+    query_max_samples: int = Field(
+        50_000_000,
+        gt=0,
+        description="Most samples one PromQL query may hold (points read plus intermediate results); past it 422.",
+    )
+    query_timeout: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a PromQL query may take, waiting included; a request's timeout may lower it; past it 503.",
+    )
+    query_max_concurrency: int = Field(
+        4, gt=0, description="PromQL queries evaluated at once; more wait their turn."
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."

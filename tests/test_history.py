@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from collector.tsdb.history import History
-from collector.tsdb.series import Matcher, SeriesData, is_stale
+from collector.tsdb.series import Columns, Matcher, absent_mask, is_stale
 
 A, B = b'm{pod="a"}', b'm{pod="b"}'
 
@@ -14,11 +14,16 @@ def points(
     history: History, *matchers: Matcher, start: float = 0, end: float = 1e12
 ) -> dict[str, list[tuple[float, float | str]]]:
     out: dict[str, list[tuple[float, float | str]]] = {}
-    for s in history.select(list(matchers), start, end):
-        label = f"{s.labels['node']}/{s.labels.get('pod', '')}/{s.labels['__name__']}"
-        out[label] = [
-            (t, "stale" if is_stale(v) else v) for t, v in zip(s.times, s.values, strict=True)
-        ]
+    for group in history.select(list(matchers), start, end):
+        for labels, row, absent in zip(
+            group.labels, group.values.tolist(), absent_mask(group.values), strict=True
+        ):
+            label = f"{labels['node']}/{labels.get('pod', '')}/{labels['__name__']}"
+            out[label] = [
+                (t, "stale" if is_stale(v) else v)
+                for t, v, gone in zip(group.times.tolist(), row, absent, strict=True)
+                if not gone
+            ]
     return out
 
 
@@ -97,10 +102,12 @@ def test_a_series_that_only_trims_away_is_forgotten_and_steady_state_continues()
     assert points(history) == {"n1/a/m": [(30, 30.0), (40, 40.0), (50, 50.0)]}
 
 
-def test_series_data_is_what_select_yields() -> None:
+def test_columns_are_what_select_yields() -> None:
     history = History()
     history.record("n1", {A: math.nan}, sampled=1)
-    (series,) = history.select([], 0, 2)
-    assert isinstance(series, SeriesData)
-    assert math.isnan(series.values[0])
-    assert not is_stale(series.values[0]), "a NaN reading is not a staleness marker"
+    (group,) = history.select([], 0, 2)
+    assert isinstance(group, Columns)
+    assert group.values.shape == (1, 1)
+    assert math.isnan(group.values[0, 0])
+    assert not is_stale(group.values[0, 0]), "a NaN reading is not a staleness marker"
+    assert not absent_mask(group.values).any(), "nor an absent point"

@@ -6,48 +6,76 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pytest
 
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
-from collector.tsdb.series import STALE, Matcher, SeriesData
+from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher
 
 
 class MemoryStorage:
-    """A :class:`~collector.tsdb.series.Queryable` over series given as point lists."""
+    """A :class:`~collector.tsdb.series.Queryable` over series given as point lists.
 
-    def __init__(self) -> None:
+    Series whose points in the window have the same times come as one group,
+    so the evaluator's grouped path is exercised, with plain dicts for labels;
+    ``spread`` lays every series out on the union of its group's times instead
+    (absent points where it has none) with :class:`LabelSet` labels, the other
+    shapes a storage may hand out.
+    """
+
+    def __init__(self, spread: bool = False) -> None:
         self.series: list[tuple[dict[str, str], list[float], list[float]]] = []
         self.selects = 0
+        self.spread = spread
 
     def add(self, labels: Mapping[str, str], points: Iterable[tuple[float, float]]) -> None:
         """Add one series; ``points`` are ``(unix seconds, value)``, oldest first."""
         pts = list(points)
-        self.series.append((dict(labels), [t for t, _ in pts], [v for _, v in pts]))
+        kept = LabelSet(labels) if self.spread else dict(labels)
+        self.series.append((kept, [t for t, _ in pts], [v for _, v in pts]))
 
     def _matching(
-        self, matchers: Sequence[Matcher]
+        self, matchers: Sequence[Matcher], start: float, end: float
     ) -> Iterable[tuple[dict[str, str], list[float], list[float]]]:
         for labels, times, values in self.series:
             if all(m.matches(labels) for m in matchers):
-                yield labels, times, values
+                lo, hi = bisect_left(times, start), bisect_right(times, end)
+                if hi > lo:
+                    yield labels, times[lo:hi], values[lo:hi]
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
         self.selects += 1
-        out = []
-        for labels, times, values in self._matching(matchers):
-            lo, hi = bisect_left(times, start), bisect_right(times, end)
-            if hi > lo:
-                out.append(SeriesData(labels, times[lo:hi], values[lo:hi]))
-        return out
+        found = list(self._matching(matchers, start, end))
+        if self.spread:
+            return [_spread(found)] if found else []
+        groups: dict[tuple[float, ...], list[tuple[dict[str, str], list[float]]]] = {}
+        for labels, times, values in found:
+            groups.setdefault(tuple(times), []).append((labels, values))
+        return [
+            Columns(np.array(times), [labels for labels, _ in rows], np.array([v for _, v in rows]))
+            for times, rows in groups.items()
+        ]
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
-        return {name for sd in self.select(matchers, start, end) for name in sd.labels}
+        return {name for labels, _, _ in self._matching(matchers, start, end) for name in labels}
 
     def label_values(
         self, name: str, matchers: Sequence[Matcher], start: float, end: float
     ) -> set[str]:
-        return {sd.labels[name] for sd in self.select(matchers, start, end) if name in sd.labels}
+        return {
+            labels[name] for labels, _, _ in self._matching(matchers, start, end) if name in labels
+        }
+
+
+def _spread(found: list[tuple[dict[str, str], list[float], list[float]]]) -> Columns:
+    """Every series on the union of their times, ABSENT where one has no point."""
+    axis = sorted({t for _, times, _ in found for t in times})
+    where = {t: i for i, t in enumerate(axis)}
+    values = np.full((len(found), len(axis)), ABSENT)
+    for row, (_, times, vals) in enumerate(found):
+        values[row, [where[t] for t in times]] = vals
+    return Columns(np.array(axis), [labels for labels, _, _ in found], values)
 
 
 # --- the data: every series sampled every 15 s over [0, 600] unless said ---
@@ -60,9 +88,9 @@ def series(name: str, **labels: str) -> dict[str, str]:
     return {"__name__": name, **labels}
 
 
-@pytest.fixture
-def db() -> MemoryStorage:
-    s = MemoryStorage()
+@pytest.fixture(params=[False, True], ids=["grouped", "spread"])
+def db(request: pytest.FixtureRequest) -> MemoryStorage:
+    s = MemoryStorage(spread=request.param)
     s.add(series("mem", node="n1", pod="p1"), [(t, 10.0) for t in TIMES])
     s.add(series("mem", node="n1", pod="p2"), [(t, 20.0) for t in TIMES])
     s.add(series("mem", node="n2", pod="p3"), [(t, 30.0) for t in TIMES])
@@ -85,9 +113,9 @@ def db() -> MemoryStorage:
 Key = frozenset[tuple[str, str]]
 
 
-def vec(query: str, db: MemoryStorage, at: float = T, **kw: float) -> dict[Key, float]:
+def vec(query: str, db: MemoryStorage, at: float = T, lookback: float = 300.0) -> dict[Key, float]:
     """An instant query's vector as {label set: value} (order ignored)."""
-    result = instant_query(query, at, db, **kw)
+    result = instant_query(query, at, db, lookback)
     assert isinstance(result, list)
     out: dict[Key, float] = {}
     for s in result:
@@ -558,13 +586,11 @@ def test_bad_syntax_is_bad_data(db: MemoryStorage, query: str) -> None:
 @pytest.mark.parametrize(
     ("query", "feature"),
     [
-        ("holt_winters(mem[5m], 0.5, 0.5)", "function holt_winters"),
-        ("predict_linear(mem[5m], 60)", "function predict_linear"),
         ("histogram_quantile(0.9, mem)", "function histogram_quantile"),
-        ("changes(mem[5m])", "function changes"),
-        ("mem @ 100", "@ modifier"),
-        ("rate(mem[5m] @ end())", "@ modifier"),
-        ("max_over_time(mem[5m:1m])", "subquery"),
+        ("histogram_count(mem)", "function histogram_count"),
+        ("sin(mem)", "function sin"),
+        ("mad_over_time(mem[5m])", "function mad_over_time"),
+        ("mem @ -100", "@ modifier before 1970"),
         ("limitk(1, mem)", "aggregation limitk"),
         ("mem atan2 cap", "operator atan2"),
         ("mem + fill(0) cap", "fill modifiers"),
@@ -584,7 +610,7 @@ def test_timeout() -> None:
     class Slow(MemoryStorage):
         def select(
             self, matchers: Sequence[Matcher], start: float, end: float
-        ) -> Iterable[SeriesData]:
+        ) -> Iterable[Columns]:
             import time
 
             time.sleep(0.05)  # the slowness under test: a select outlasting the query's timeout
@@ -599,3 +625,140 @@ def test_identical_selectors_are_read_once(db: MemoryStorage) -> None:
     db.selects = 0
     assert vec("mem{pod='p1'} / mem{pod='p1'}", db) == {L(node="n1", pod="p1"): 1.0}
     assert db.selects == 1
+
+
+# --- subqueries, @, and the functions of the vectorised engine ---
+
+
+def test_subqueries(db: MemoryStorage) -> None:
+    # Steps at multiples of 10 s in [540, 600]: ramp's newest points at or before each.
+    assert vec("max_over_time(ramp[1m:10s])", db) == {L(): 600.0}
+    assert vec("count_over_time(ramp[1m:10s])", db) == {L(): 7.0}
+    assert vec("sum_over_time(ramp[1m:10s])", db) == {L(): 540 + 540 + 555 + 570 + 570 + 585 + 600}
+    assert vec("sum_over_time(ramp[30s:15s] offset 1m)", db) == {L(): 510.0 + 525.0 + 540.0}
+    assert vec("count_over_time(ramp[5m:])", db) == {L(): 6.0}  # default step: one minute
+    assert vec("max_over_time(sum(mem)[2m:1m])", db) == {L(): 60.0}
+    assert vec('rate(req_total{path="/a"}[1m:15s])', db) == {L(path="/a"): pytest.approx(2 / 3)}
+    assert instant_query("ramp[30s:15s]", T, db) == [
+        RangeSeries({"__name__": "ramp"}, [(570.0, 570.0), (585.0, 585.0), (600.0, 600.0)])
+    ]
+    assert instant_query("nope[30s:15s]", T, db) == []
+    with pytest.raises(QueryError) as info:
+        range_query("ramp[1m:10s]", 0, 60, 10, db)
+    assert info.value.error_type == "bad_data"
+
+
+def test_at_modifier(db: MemoryStorage) -> None:
+    assert vec("ramp @ 100", db) == {M("ramp"): 90.0}
+    assert vec("ramp @ 100 offset 1m", db) == {M("ramp"): 30.0}
+    assert vec("sum_over_time(ramp[30s] @ 60)", db) == {L(): 30.0 + 45.0 + 60.0}
+    assert vec("timestamp(ramp @ 100)", db) == {L(): 90.0}
+    assert vec("ramp @ 100", db, at=1e6) == {M("ramp"): 90.0}  # whatever the evaluation time
+    result = range_query("ramp @ start() + ramp @ end()", 0, 600, 300, db)
+    assert result == [RangeSeries({}, [(0.0, 600.0), (300.0, 600.0), (600.0, 600.0)])]
+    assert range_query("max_over_time(ramp[1m:30s] @ 120)", 0, 600, 600, db)[0].points == [
+        (0.0, 120.0),
+        (600.0, 120.0),
+    ]
+
+
+def test_changes_resets_idelta(db: MemoryStorage) -> None:
+    b = '{path="/b"}'
+    assert vec(f"changes(req_total{b}[2m])", db, at=75.0) == {L(path="/b"): 5.0}
+    assert vec(f"resets(req_total{b}[2m])", db, at=75.0) == {L(path="/b"): 1.0}
+    assert vec(f"resets(req_total{b}[30s])", db, at=45.0) == {L(path="/b"): 0.0}
+    assert vec("changes(mem{pod='p1'}[5m])", db) == {L(node="n1", pod="p1"): 0.0}
+    assert vec(f"idelta(req_total{b}[1m])", db, at=60.0) == {L(path="/b"): -25.0}
+    assert vec("idelta(ramp[1m])", db) == {L(): 15.0}
+    assert vec("idelta(ramp[10s])", db) == {}  # one point
+
+
+def test_predict_linear_and_holt_winters(db: MemoryStorage) -> None:
+    assert vec("predict_linear(ramp[1m], 60)", db) == {L(): pytest.approx(660.0)}
+    assert vec("predict_linear(ramp[1m] offset 1m, 0)", db) == {L(): pytest.approx(600.0)}
+    assert vec("predict_linear(mem{pod='p1'}[5m], 600)", db) == {L(node="n1", pod="p1"): 10.0}
+    # Double exponential smoothing follows a straight line exactly.
+    assert vec("holt_winters(ramp[1m], 0.5, 0.5)", db) == {L(): pytest.approx(600.0)}
+    assert error("holt_winters(ramp[1m], 1, 0.5)", db).message == (
+        "invalid smoothing factor. Expected: 0 < sf < 1, got: 1.000000"
+    )
+    assert error("holt_winters(ramp[1m], 0.5, -2)", db).message == (
+        "invalid trend factor. Expected: 0 < tf < 1, got: -2.000000"
+    )
+    assert vec("holt_winters(nope[1m], 1, 0.5)", db) == {}  # checked only where there are points
+
+
+def test_absent_over_time(db: MemoryStorage) -> None:
+    assert vec("absent_over_time(nope[1m])", db) == {L(): 1.0}
+    assert vec('absent_over_time(nope{a="b"}[1m])', db) == {L(a="b"): 1.0}
+    assert vec("absent_over_time(ramp[1m])", db) == {}
+    # Staleness markers are not points: gone has none in [140, 200].
+    assert vec('absent_over_time(gone{pod="x"}[1m])', db, at=200.0) == {L(pod="x"): 1.0}
+    assert vec('absent_over_time(gone{pod="x"}[1m])', db, at=100.0) == {}
+
+
+def test_sgn_and_dates(db: MemoryStorage) -> None:
+    assert vec("sgn(ramp - 300)", db) == {L(): 1.0}
+    assert vec("sgn(vector(-2)) + sgn(vector(0))", db) == {L(): -1.0}
+    # T is 1970-01-01 00:10:00 UTC, a Thursday.
+    assert vec("minute() + hour() * 100", db) == {L(): 10.0}
+    assert vec("day_of_month() + day_of_week() * 10 + day_of_year() * 100", db) == {L(): 141.0}
+    assert vec("days_in_month() + month() * 100 + year() * 1000", db) == {L(): 1970131.0}
+    at = "vector(1700000000)"  # 2023-11-14T22:13:20Z, a Tuesday
+    assert vec(f"year({at}) * 10000 + month({at}) * 100 + day_of_month({at})", db) == {
+        L(): 20231114.0
+    }
+    assert vec(f"hour({at}) * 100 + minute({at}) + day_of_week({at}) / 10", db) == {L(): 2213.2}
+    leap = "vector(1709251199)"  # 2024-02-29T23:59:59Z
+    assert vec(f"days_in_month({leap}) + day_of_year({leap}) * 100", db) == {L(): 6029.0}
+    assert vec("minute(ramp)", db) == {L(): 10.0}  # the name goes, as for any function
+
+
+def test_sample_limit(db: MemoryStorage) -> None:
+    with pytest.raises(QueryError) as info:
+        instant_query("sum(mem)", T, db, max_samples=10)
+    assert (info.value.error_type, info.value.message) == (
+        "execution",
+        "query processing would load too many samples into memory in query execution",
+    )
+    assert vec("sum(mem)", db) == {L(): 60.0}
+    assert instant_query("sum(mem)", T, db, max_samples=1000) == [Element({}, 60.0)]
+
+
+@pytest.fixture(params=[False, True], ids=["grouped", "spread"])
+def split(request: pytest.FixtureRequest) -> MemoryStorage:
+    """Series that share labels (or signatures) but never a step."""
+    s = MemoryStorage(spread=request.param)
+    s.add(series("mem", node="n1", pod="p1"), [(t, 10.0) for t in TIMES])
+    s.add(series("early", node="n1"), [(t, 1.0) for t in TIMES if t <= 90])
+    s.add(series("late", node="n1"), [(t, 2.0) for t in TIMES if t >= 500])
+    s.add(series("side", node="n1", part="a"), [(t, 1.0) for t in TIMES if t <= 90])
+    s.add(series("side", node="n1", part="b"), [(t, 2.0) for t in TIMES if t >= 500])
+    s.add(series("side", node="n1", part="c"), [(t, 3.0) for t in TIMES if t >= 300])
+    return s
+
+
+def test_conflicts_only_fail_where_they_meet(split: MemoryStorage) -> None:
+    # Same labels once the name goes, never at one step: one series in a range query.
+    result = range_query('{__name__=~"early|late"} * 2', 0, 600, 100, split)
+    assert result == [
+        RangeSeries(
+            {"node": "n1"}, [(0.0, 2.0), (100.0, 2.0), (200.0, 2.0), (300.0, 2.0), (600.0, 4.0)]
+        )
+    ]
+    # A range function's whole result is checked, as Prometheus does.
+    with pytest.raises(QueryError) as info:
+        range_query('count_over_time({__name__=~"early|late"}[1m])', 0, 600, 100, split)
+    assert info.value.message == "vector cannot contain metrics with the same labelset"
+    # Two "one" side series with one signature: fine while they never meet.
+    a_or_b = 'side{part=~"a|b"}'
+    ok = range_query(f"mem + on (node) {a_or_b}", 0, 600, 100, split)
+    assert [(s.labels, [v for _, v in s.points]) for s in ok] == [
+        ({"node": "n1"}, [11.0, 11.0, 11.0, 11.0, 12.0])
+    ]
+    with pytest.raises(QueryError) as info:
+        range_query('mem + on (node) side{part=~"a|c"}', 0, 600, 100, split)
+    assert "many-to-many matching not allowed" in info.value.message
+    assert instant_query('mem + on (node) side{part=~"a|c"}', 100, split) == [
+        Element({"node": "n1"}, 11.0)
+    ]

@@ -135,6 +135,50 @@ QUERIES: list[tuple[str, bool]] = [
     (f'-{{__name__=~"{USED}|{LIMIT}"}}', False),
     (f'{{__name__=~"{USED}|{LIMIT}"}} * 2', False),
     ('"hello"', False),
+    # subqueries: the inner expression at its own aligned steps, then a range function
+    (f"max_over_time(rate({LAUNCHES}[5m])[20m:1m])", False),
+    (f"avg_over_time({UTIL}[10m:])", False),
+    (f"sum_over_time(sum by (node) ({USED})[5m:30s] offset 2m)", False),
+    (f"min_over_time(deriv({USED}[5m])[15m:1m])", False),
+    (f"max_over_time(max_over_time({UTIL}[2m:30s])[10m:1m])", False),
+    ("count_over_time(vector(time())[5m:45s])", False),
+    (f"{USED}[10m:2m]", False),
+    (f"max_over_time(ln({UTIL} - 0.5)[5m:1m])", False),
+    (f"sum_over_time((1 / ({UTIL} - 0.5))[3m:20s]) + stddev_over_time(-{UTIL}[3m:20s])", False),
+    # @: a fixed time, start(), end(), with offsets, in subqueries, and the quirks of 2.x
+    (f"{USED} @ {BASE + 600}", False),
+    (f"rate({LAUNCHES}[5m] @ {BASE + 1200}) - rate({LAUNCHES}[5m])", False),
+    (f"{UTIL} @ start() + {UTIL} @ end()", False),
+    (f"sum_over_time({USED}[5m] @ end() offset 1m)", False),
+    (f"max_over_time(rate({LAUNCHES}[5m])[10m:1m] @ {BASE + 1800})", False),
+    (f"timestamp({UTIL} @ {BASE + 900.5})", False),
+    (f"timestamp({UTIL} @ {BASE + 900} offset 1m)", False),
+    (f"predict_linear({USED}[10m] @ {BASE + 1500}, 600)", False),
+    (f"minute({UTIL} @ {BASE + 1500} * 1000)", False),
+    # range functions new to the engine
+    (f"changes({UTIL}[5m]) + changes({LIMIT}[10m])", False),
+    (f"resets({LAUNCHES}[10m])", False),
+    (f"idelta({USED}[2m])", False),
+    (f"predict_linear({USED}[10m], 3600)", False),
+    (f"deriv({LIMIT}[5m]) + stddev_over_time({LIMIT}[5m])", False),
+    (f"holt_winters({USED}[10m], 0.3, 0.6)", False),
+    (f"holt_winters({UTIL}[5m], 1.5, 0.5)", False),
+    (f"holt_winters({UTIL}[5m], 0.5, 0)", False),
+    (f'absent_over_time({USED}{{node="node-c"}}[5m] offset 16m)', False),
+    ('absent_over_time(nope{job="x"}[5m])', False),
+    (f'absent_over_time({USED}{{pod="pod-3"}}[1m] offset 6m)', False),
+    (f"quantile_over_time(0.3, {LAUNCHES}[10m]) - min_over_time({LAUNCHES}[1m])", False),
+    # instant functions new to the engine
+    (f"sgn({USED} - {LIMIT} / 2)", False),
+    ("day_of_month() + day_of_week() * 100 + day_of_year() * 1000", False),
+    ("days_in_month() + hour() * 100 + minute() * 10000 + month() + year()", False),
+    (f"month({LIMIT} / 10) + year({LIMIT} / 10) + days_in_month({LIMIT} / 10)", False),
+    (
+        f"day_of_year({USED} / 5) + day_of_week({USED} / 5) + hour({USED} / 3) + minute({USED})",
+        False,
+    ),
+    (f"day_of_month(timestamp({UTIL}))", False),
+    (f"timestamp(sum({USED}))", False),
 ]
 
 
@@ -222,13 +266,17 @@ def openmetrics(series: list[tuple[dict[str, str], list[tuple[float, float]]]]) 
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MemoryStorage]]:
-    """A Prometheus serving the dataset, and the same data in memory."""
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, list[MemoryStorage]]]:
+    """A Prometheus serving the dataset, and the same data in memory in both storage shapes
+    (series grouped by their times, and every series on one axis with absent points)."""
     work = tmp_path_factory.mktemp("promql-diff")
     series = dataset()
-    storage = MemoryStorage()
+    storages = [MemoryStorage(), MemoryStorage(spread=True)]
     for labels, points in series:
-        storage.add(labels, points)
+        for storage in storages:
+            storage.add(labels, points)
     (work / "data.om").write_text(openmetrics(series))
     subprocess.run(
         [
@@ -244,7 +292,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         timeout=60,
     )
     with real_prometheus(work, {"global": {}}, tsdb=work / "db") as url:
-        yield url, storage
+        yield url, storages
 
 
 def api(url: str, path: str, **params: str) -> dict[str, Any]:
@@ -333,51 +381,59 @@ def compare(
     return problems
 
 
-def run_both(url: str, storage: MemoryStorage, query: str, at: float | None) -> tuple[Any, Any]:
+def ask_prometheus(url: str, query: str, at: float | None) -> dict[str, Any]:
+    """Prometheus' envelope for an instant query at ``at``, or the range query (None)."""
     if at is not None:
-        envelope = api(url, "query", query=query, time=f"{at:.3f}")
-        try:
-            mine: Any = ours(instant_query(query, at, storage), at)
-        except QueryError as exc:
-            mine = exc
-    else:
+        return api(url, "query", query=query, time=f"{at:.3f}")
+    start, end, step = RANGE
+    return api(url, "query_range", query=query, start=str(start), end=str(end), step=str(step))
+
+
+def ask_ours(storage: MemoryStorage, query: str, at: float | None) -> Any:
+    """Our answer in :func:`ours`' form, or the QueryError."""
+    try:
+        if at is not None:
+            return ours(instant_query(query, at, storage), at)
         start, end, step = RANGE
-        envelope = api(
-            url, "query_range", query=query, start=str(start), end=str(end), step=str(step)
-        )
-        try:
-            mine = ("matrix", ours(range_query(query, start, end, step, storage), 0)[1])
-        except QueryError as exc:
-            mine = exc
-    return envelope, mine
+        return ("matrix", ours(range_query(query, start, end, step, storage), 0)[1])
+    except QueryError as exc:
+        return exc
 
 
-def test_queries_match_prometheus(prometheus: tuple[str, MemoryStorage]) -> None:
-    url, storage = prometheus
+def differences_from(label: str, envelope: dict[str, Any], mine: Any, ordered: bool) -> list[str]:
+    """How our answer (or error) differs from Prometheus' envelope."""
+    if envelope["status"] != "success":
+        if not isinstance(mine, QueryError):
+            return [f"{label}: Prometheus fails ({envelope['error']}), we answer"]
+        if mine.error_type != envelope["errorType"] or (
+            mine.error_type == "execution" and mine.message != envelope["error"]
+        ):
+            return [
+                f"{label}: error {mine.error_type} ({mine}), "
+                f"Prometheus {envelope['errorType']} ({envelope['error']})"
+            ]
+        return []
+    if isinstance(mine, QueryError):
+        return [f"{label}: we fail ({mine.error_type}: {mine}), Prometheus answers"]
+    return compare(label, theirs(envelope["data"]), mine, ordered)
+
+
+def test_queries_match_prometheus(prometheus: tuple[str, list[MemoryStorage]]) -> None:
+    url, storages = prometheus
     problems: list[str] = []
     for query, ordered in QUERIES:
         for at in [*INSTANT_TIMES, None]:
-            label = f"{query!r} " + (f"at {at}" if at is not None else "range")
-            envelope, mine = run_both(url, storage, query, at)
-            if envelope["status"] != "success":
-                if not isinstance(mine, QueryError):
-                    problems.append(f"{label}: Prometheus fails ({envelope['error']}), we answer")
-                elif mine.error_type != envelope["errorType"] or (
-                    mine.error_type == "execution" and mine.message != envelope["error"]
-                ):
-                    problems.append(
-                        f"{label}: error {mine.error_type} ({mine}), "
-                        f"Prometheus {envelope['errorType']} ({envelope['error']})"
-                    )
-                continue
-            if isinstance(mine, QueryError):
-                problems.append(f"{label}: we fail ({mine.error_type}: {mine}), Prometheus answers")
-                continue
-            problems.extend(compare(label, theirs(envelope["data"]), mine, ordered))
-    assert not problems, "\n".join(problems[:40]) + f"\n({len(problems)} problems)"
+            envelope = ask_prometheus(url, query, at)
+            for storage in storages:
+                shape = "spread" if storage.spread else "grouped"
+                label = f"{query!r} " + (f"at {at}" if at is not None else "range") + f" ({shape})"
+                mine = ask_ours(storage, query, at)
+                problems.extend(differences_from(label, envelope, mine, ordered))
+    firsts = list({p.split("' ")[0]: p for p in reversed(problems)}.values())
+    assert not problems, "\n".join(firsts[:40]) + f"\n({len(problems)} problems)"
 
 
-def test_the_dataset_is_meaningful(prometheus: tuple[str, MemoryStorage]) -> None:
+def test_the_dataset_is_meaningful(prometheus: tuple[str, list[MemoryStorage]]) -> None:
     """Guard against a vacuous comparison: most queries return data at most times."""
     url, _ = prometheus
     empty = 0

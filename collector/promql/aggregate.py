@@ -1,150 +1,279 @@
-"""Aggregation operators over one step's vector, as Prometheus 2.x's ``aggregation``."""
+"""Aggregation operators over a whole :class:`~.arrays.Vec`, as Prometheus 2.x's ``aggregation``.
+
+The groups are found once a query (a dict over label sets, in order of first
+appearance, which is Prometheus' output order); every reduction is then one
+numpy call over all groups and steps (``reduceat`` on rows sorted by group),
+and the ranking ones (``topk``, ``bottomk``, ``quantile``) one sort of all
+present elements keyed by (group, step).
+"""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import numpy as np
 
-from .floats import format_float, go_float_str, go_sqrt, nan_last, quantile
-from .values import LABEL_NAME, Labels, QueryError, StepVector, grouping_labels
+from collector.tsdb.series import LabelSet
+
+from .arrays import BoolArray, FloatArray, IntArray, Vec
+from .floats import format_float, go_float_str
+from .plan import AggNode
+from .values import LABEL_NAME, METRIC_NAME, Labels, QueryError, grouping_keys
 
 _INT64_MAX = 9.223372036854775807e18
 
 
-@dataclass(slots=True)
-class _Group:
-    labels: Labels
-    value: float
-    mean: float
-    count: int = 1
-    members: list[float] = field(default_factory=list)
+class Groups:
+    """Which group each row belongs to, and the groups' label sets (in first-appearance order)."""
 
-
-class GroupKeys:
-    """Cached label set -> group label set for one aggregation node."""
-
-    def __init__(self, grouping: tuple[str, ...], without: bool) -> None:
-        self.grouping = frozenset(grouping)
-        self.without = without
-        self._cache: dict[Labels, Labels] = {}
-
-    def of(self, labels: Labels) -> Labels:
-        """The group's labels (also its key): kept ``by`` labels, or all but ``without`` ones."""
-        got = self._cache.get(labels)
-        if got is None:
-            got = self.compute(labels, self.grouping)
-            self._cache[labels] = got
-        return got
-
-    def compute(self, labels: Labels, grouping: frozenset[str]) -> Labels:
-        """Uncached :meth:`of` with explicit grouping labels."""
-        return grouping_labels(labels, grouping, keep=not self.without)
-
-
-def aggregate(op: str, vec: StepVector, keys: GroupKeys, param: float | str | None) -> StepVector:
-    """Apply aggregation ``op`` to ``vec`` grouped by ``keys``."""
-    if op in ("topk", "bottomk"):
-        assert isinstance(param, float)
-        k = _int64(param)
-        return _top(op, vec, keys, k) if k >= 1 else []
-    if op == "count_values":
-        assert isinstance(param, str)
-        return _count_values(vec, keys, param)
-    groups: dict[Labels, _Group] = {}
-    for labels, v in vec:
-        key = keys.of(labels)
-        g = groups.get(key)
-        if g is None:
-            groups[key] = _start(op, key, v)
+    def __init__(
+        self,
+        labels: list[Labels],
+        grouping: frozenset[str],
+        without: bool,
+        rank: IntArray | None = None,
+        maps: list[LabelSet] | None = None,
+    ) -> None:
+        if maps is not None and not without and METRIC_NAME not in grouping:
+            ids, self.labels = _by_lookups(maps, sorted(grouping))
         else:
-            _add(op, g, v)
-    return [(g.labels, _result(op, g, param)) for g in groups.values()]
+            index: dict[Labels, int] = {}
+            keys = grouping_keys(labels, grouping, keep=not without)
+            ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+            self.labels = list(index)
+        # Rows of one group lying together (a storage's rows grouped by node) need no sort.
+        together = bool(ids.size) and bool((ids[1:] >= ids[:-1]).all())
+        self._pick: IntArray | None = None
+        if rank is not None and ids.size:  # number the groups by first appearance in rank order
+            first = np.full(len(self.labels), ids.size, dtype=np.int64)
+            np.minimum.at(first, ids, rank)
+            appearance = np.argsort(first, kind="stable")
+            renumber = np.empty_like(appearance)
+            renumber[appearance] = np.arange(appearance.size, dtype=np.int64)
+            ids = renumber[ids]
+            self.labels = [self.labels[i] for i in appearance.tolist()]
+            self._pick = appearance if together else None
+        self.ids = ids
+        self.order = None if together else np.argsort(ids, kind="stable")
+        runs = ids if self.order is None else ids[self.order]
+        self.starts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]])
+        self._cells: IntArray | None = None
+
+    def reduce(self, ufunc: np.ufunc, rows: np.ndarray) -> np.ndarray:
+        """``ufunc`` over each group's rows (``rows`` is ``(n, k)``, in row order)."""
+        grouped = rows if self.order is None else rows[self.order]
+        reduced: np.ndarray = ufunc.reduceat(grouped, self.starts, axis=0)
+        return reduced if self._pick is None else reduced[self._pick]
+
+    def total(self, rows: np.ndarray) -> FloatArray:
+        """The sum of each group's rows at each step, as float64.
+
+        ``reduceat`` where the groups' rows lie together, else one ``bincount``
+        over (group, step) cells: both far faster than sorting the rows.
+        """
+        if self.order is None:
+            summed: FloatArray = np.add.reduceat(rows, self.starts, axis=0, dtype=np.float64)
+            return summed if self._pick is None else summed[self._pick]
+        steps = rows.shape[1]
+        if self._cells is None:  # each element's (group, step) cell
+            self._cells = (self.ids[:, None] * steps + np.arange(steps)).ravel()
+        sums = np.bincount(self._cells, rows.ravel(), len(self.labels) * steps)
+        return sums.astype(np.float64, copy=False).reshape(len(self.labels), steps)
 
 
-def _int64(param: float) -> int:
-    if not (-_INT64_MAX <= param <= _INT64_MAX):
-        raise QueryError("execution", f"Scalar value {go_float_str(param)} overflows int64")
-    return int(param)
+def _by_lookups(maps: list[LabelSet], names: list[str]) -> tuple[IntArray, list[Labels]]:
+    """``by`` grouping from the storage's label sets: each row's group, and the groups' labels.
+
+    The rows are keyed by their values alone (strings hash once), which is
+    several times faster than building each row's label pairs.
+    """
+    index: dict[object, int] = {}
+    if len(names) == 1:
+        (name,) = names
+        keys: list[object] = [m.get(name, "") for m in maps]
+    else:
+        keys = [tuple([m.get(n, "") for n in names]) for m in maps]
+    ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+    labels = []
+    for key in index:
+        values: tuple[str, ...] = (key,) if isinstance(key, str) else key  # type: ignore[assignment]
+        labels.append(tuple([(n, v) for n, v in zip(names, values, strict=True) if v]))
+    return ids, labels
 
 
-def _start(op: str, key: Labels, v: float) -> _Group:
-    """A group from its first element."""
-    g = _Group(key, v, v)
-    if op in ("stddev", "stdvar"):
-        g.value = 0.0
-    elif op == "group":
-        g.value = 1.0
-    elif op == "quantile":
-        g.members.append(v)
-    return g
+def aggregate(node: AggNode, vec: Vec, param: FloatArray | str | None) -> Vec:
+    """Apply ``node``'s aggregation to ``vec``; ``param`` is its evaluated parameter."""
+    vec = vec.compact()
+    steps = vec.steps
+    if node.op in ("topk", "bottomk"):
+        assert isinstance(param, np.ndarray)
+        return _top(node, vec, _int64(param))
+    if node.op == "count_values":
+        assert isinstance(param, str)
+        return _count_values(node, vec.ordered(), param)
+    if not vec.labels:
+        return Vec.empty(steps)
+    groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank, vec.maps)
+    count = groups.total(vec.present)
+    if node.op == "quantile":
+        assert isinstance(param, np.ndarray)
+        values = _quantile(groups, vec, param)
+    else:
+        values = _reduce(node.op, groups, vec, count)
+    return Vec(groups.labels, values, count > 0)
 
 
-def _add(op: str, g: _Group, v: float) -> None:
-    """Fold one more element into its group (``group`` has nothing to fold)."""
-    if op == "sum":
-        g.value += v
-    elif op == "avg":
-        g.count += 1
-        if math.isinf(g.mean):
-            if math.isinf(v) and (g.mean > 0) == (v > 0):
-                return
-            if not math.isinf(v) and not math.isnan(v):
-                return
-        g.mean += v / g.count - g.mean / g.count
-    elif op == "max":
-        if g.value < v or math.isnan(g.value):
-            g.value = v
-    elif op == "min":
-        if g.value > v or math.isnan(g.value):
-            g.value = v
-    elif op == "count":
-        g.count += 1
-    elif op in ("stddev", "stdvar"):
-        g.count += 1
-        delta = v - g.mean
-        g.mean += delta / g.count
-        g.value += delta * (v - g.mean)
-    elif op == "quantile":
-        g.members.append(v)
+def _int64(param: FloatArray) -> IntArray:
+    bad = ~((param >= -_INT64_MAX) & (param <= _INT64_MAX))
+    if bad.any():
+        value = float(param[int(np.flatnonzero(bad)[0])])
+        raise QueryError("execution", f"Scalar value {go_float_str(value)} overflows int64")
+    return np.trunc(param).astype(np.int64)
 
 
-def _result(op: str, g: _Group, param: float | str | None) -> float:
-    """A group's value once all its elements are in."""
-    if op == "avg":
-        return g.mean
+def _reduce(op: str, groups: Groups, vec: Vec, count: FloatArray) -> FloatArray:
+    """Every aggregation but the ranking ones, given each group's element count."""
+    present = vec.present
     if op == "count":
-        return float(g.count)
-    if op == "stdvar":
-        return g.value / g.count
-    if op == "stddev":
-        return go_sqrt(g.value / g.count)
-    if op == "quantile":
-        assert isinstance(param, float)
-        return quantile(param, g.members)
-    return g.value
+        return count
+    if op == "group":
+        return np.ones(count.shape)
+    masked = np.where(present, vec.values, 0.0)
+    if op == "sum":
+        return groups.total(masked)
+    if op in ("max", "min"):
+        pick = np.fmax if op == "max" else np.fmin
+        return groups.reduce(pick, np.where(present, vec.values, np.nan))
+    safe = np.maximum(count, 1)
+    if op == "avg":
+        return _mean(groups, vec, masked, safe)
+    mean = groups.total(masked) / safe
+    deviation = np.where(present, vec.values - mean[groups.ids], 0.0)
+    variance: FloatArray = groups.total(deviation * deviation) / safe
+    return np.sqrt(variance) if op == "stddev" else variance
 
 
-def _top(op: str, vec: StepVector, keys: GroupKeys, k: int) -> StepVector:
-    groups: dict[Labels, list[tuple[Labels, float]]] = {}
-    for labels, v in vec:
-        groups.setdefault(keys.of(labels), []).append((labels, v))
-    out: StepVector = []
-    descending = op == "topk"
-    for members in groups.values():
-        # NaN always ranks last; among equals the order is unspecified (as in Prometheus).
-        members.sort(key=lambda m: nan_last(m[1], descending))
-        out.extend(members[:k])
+def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> FloatArray:
+    """``avg``: sum over count, with Prometheus' incremental mean's infinities (it never overflows).
+
+    Any NaN or infinities of both signs give NaN, one sign of infinity gives it.
+    """
+    present = vec.present
+    finite = np.isfinite(vec.values)
+    numbers = np.where(finite, masked, 0.0)
+    mean = groups.total(numbers) / count
+    if not np.isfinite(mean).all():  # finite values past float64's range: sum them wider
+        wide = groups.reduce(np.add, numbers.astype(np.longdouble))
+        mean = (wide / count).astype(np.float64)
+    if finite[present].all():
+        return mean
+    nan = groups.total(present & np.isnan(vec.values)) > 0
+    up = groups.total(present & (vec.values == np.inf)) > 0
+    down = groups.total(present & (vec.values == -np.inf)) > 0
+    mean = np.where(up, np.inf, np.where(down, -np.inf, mean))
+    return np.where(nan | (up & down), np.nan, mean)
+
+
+def _ranked(
+    vec: Vec, ids: IntArray, descending: bool, nan_first: bool
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Present elements sorted by (group, step), then by value, NaNs first or last.
+
+    Returns the elements' rows and steps in that order, and each one's rank in its (group, step).
+    """
+    rows, cols = np.nonzero(vec.present)
+    values = vec.values[rows, cols]
+    segment = ids[rows] * vec.steps + cols
+    nan = np.isnan(values)
+    key = np.where(nan, 0.0, -values if descending else values)
+    order = np.lexsort((key, ~nan if nan_first else nan, segment))
+    segment = segment[order]
+    starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]]) if segment.size else segment
+    sizes = np.diff(np.r_[starts, segment.size])
+    rank = np.arange(segment.size) - np.repeat(starts, sizes)
+    return rows[order], cols[order], rank
+
+
+def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
+    """``topk``/``bottomk``: the input elements ranked within their group at each step."""
+    if not vec.labels:
+        return Vec.empty(vec.steps)
+    groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank, vec.maps)
+    rows, cols, rank = _ranked(vec, groups.ids, node.op == "topk", nan_first=False)
+    keep = rank < k[cols]
+    present = np.zeros(vec.present.shape, dtype=bool)
+    present[rows[keep], cols[keep]] = True
+    out = vec.with_values(vec.values, present)
+    if vec.steps == 1:  # an instant query shows the order: by group, then rank
+        chosen = out.take(rows[keep])
+        return Vec(chosen.labels, chosen.values, chosen.present)
     return out
 
 
-def _count_values(vec: StepVector, keys: GroupKeys, label: str) -> StepVector:
+def _quantile(groups: Groups, vec: Vec, q: FloatArray) -> FloatArray:
+    """Prometheus' ``quantile``: NaNs sort first, then linear interpolation between ranks."""
+    steps = vec.steps
+    rows, cols, _ = _ranked(vec, groups.ids, descending=False, nan_first=True)
+    values = vec.values[rows, cols]
+    segment = groups.ids[rows] * steps + cols
+    sizes = np.bincount(segment, minlength=len(groups.labels) * steps)
+    starts = np.cumsum(sizes) - sizes
+    step_q = np.tile(q, len(groups.labels))
+    count = sizes.astype(np.float64)
+    rank = step_q * (count - 1)
+    lower = np.maximum(0, np.floor(rank))
+    upper = np.minimum(count - 1, lower + 1)
+    weight = rank - np.floor(rank)
+    last = max(0, values.size - 1)
+    low = (
+        values[np.clip(starts + np.nan_to_num(lower).astype(np.int64), 0, last)]
+        if values.size
+        else count
+    )
+    high = (
+        values[np.clip(starts + np.nan_to_num(upper).astype(np.int64), 0, last)]
+        if values.size
+        else count
+    )
+    result = low * (1 - weight) + high * weight
+    result = np.where(step_q < 0, -np.inf, np.where(step_q > 1, np.inf, result))
+    result = np.where(np.isnan(step_q), np.nan, result)
+    return result.reshape(len(groups.labels), steps)
+
+
+def _count_values(node: AggNode, vec: Vec, label: str) -> Vec:
+    """``count_values``: how many elements of each group have each value (as Go writes it)."""
     if not LABEL_NAME.fullmatch(label):
         raise QueryError("execution", f'invalid label name "{label}"')
-    grouping = keys.grouping if keys.without else keys.grouping | {label}
-    counts: dict[Labels, int] = {}
-    for labels, v in vec:
-        with_value = dict(labels)
-        with_value[label] = format_float(v)
-        key = keys.compute(tuple(sorted(with_value.items())), grouping)
-        counts[key] = counts.get(key, 0) + 1
-    return [(key, float(n)) for key, n in counts.items()]
+    steps = vec.steps
+    rows, cols = np.nonzero(vec.present)
+    if not rows.size:
+        return Vec.empty(steps)
+    grouping = frozenset(node.grouping)
+    with_value = not node.without or (label not in grouping and label != METRIC_NAME)
+    base = Groups([_without(labels, label) for labels in vec.labels], grouping, node.without)
+    bits, value_index = np.unique(vec.values[rows, cols].view(np.uint64), return_inverse=True)
+    texts = [format_float(v) for v in bits.view(np.float64).tolist()]
+    text_ids = {text: i for i, text in enumerate(dict.fromkeys(texts))}
+    value_ids = np.array([text_ids[t] for t in texts], dtype=np.int64)[value_index]
+    if not with_value:
+        value_ids = np.zeros_like(value_ids)
+    pair = base.ids[rows] * len(text_ids) + value_ids
+    keys, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    appearance = np.argsort(first, kind="stable")
+    position = np.empty_like(appearance)
+    position[appearance] = np.arange(appearance.size)
+    counts = np.bincount(position[inverse] * steps + cols, minlength=keys.size * steps)
+    names = list(text_ids)
+    labels = []
+    for key in keys[appearance].tolist():
+        group = dict(base.labels[key // len(text_ids)])
+        if with_value:
+            group[label] = names[key % len(text_ids)]
+        labels.append(tuple(sorted(group.items())))
+    values = counts.reshape(keys.size, steps).astype(np.float64)
+    present: BoolArray = values > 0
+    return Vec(labels, values, present)
+
+
+def _without(labels: Labels, name: str) -> Labels:
+    """``labels`` without ``name`` (count_values sets it to the value)."""
+    return tuple(p for p in labels if p[0] != name)

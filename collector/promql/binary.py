@@ -1,22 +1,31 @@
-"""Binary operators for one step: scalar/scalar, vector/scalar and vector/vector matching."""
+"""Binary operators over whole arrays: scalar/scalar, vector/scalar and vector/vector matching.
+
+Vector matching is worked out once a query on label sets (which row of one
+side pairs with which of the other), then applied to whole matrices with
+masks. Prometheus' matching errors are raised exactly where it raises them:
+only at a step where the conflicting series are present together, and the
+earliest such step wins (its checks run step by step).
+"""
 
 from __future__ import annotations
 
-from .floats import go_div, go_mod, go_pow
-from .plan import ARITHMETIC, COMPARISON, BinaryNode
-from .values import (
-    METRIC_NAME,
-    Labels,
-    QueryError,
-    StepVector,
-    drop_name,
-    grouping_labels,
-    labels_str,
+import numpy as np
+
+from .arrays import (
+    SAME_LABELSET,
+    BoolArray,
+    FloatArray,
+    Vec,
+    duplicate_rows,
+    first_overlap,
+    merge_rows,
 )
+from .plan import ARITHMETIC, COMPARISON, BinaryNode
+from .values import METRIC_NAME, Labels, QueryError, drop_name, grouping_labels, labels_str
 
 
-def arithmetic(op: str, a: float, b: float) -> float:
-    """``a op b`` for an arithmetic operator."""
+def arithmetic(op: str, a: FloatArray, b: FloatArray) -> FloatArray:
+    """``a op b`` for an arithmetic operator, element-wise (IEEE, as Go)."""
     if op == "+":
         return a + b
     if op == "-":
@@ -24,194 +33,207 @@ def arithmetic(op: str, a: float, b: float) -> float:
     if op == "*":
         return a * b
     if op == "/":
-        return go_div(a, b)
+        return a / b
     if op == "%":
-        return go_mod(a, b)
-    return go_pow(a, b)
+        return np.fmod(a, b)
+    return np.power(a, b)
 
 
-def compare(op: str, a: float, b: float) -> bool:
-    """``a op b`` for a comparison operator."""
+def compare(op: str, a: FloatArray, b: FloatArray) -> BoolArray:
+    """``a op b`` for a comparison operator, element-wise."""
     if op == "==":
-        return a == b
-    if op == "!=":
-        return a != b
-    if op == ">":
-        return a > b
-    if op == "<":
-        return a < b
-    if op == ">=":
-        return a >= b
-    return a <= b
+        result: BoolArray = a == b
+    elif op == "!=":
+        result = a != b
+    elif op == ">":
+        result = a > b
+    elif op == "<":
+        result = a < b
+    elif op == ">=":
+        result = a >= b
+    else:
+        result = a <= b
+    return result
 
 
-def scalar_binop(op: str, a: float, b: float) -> float:
+def scalar_binop(op: str, a: FloatArray, b: FloatArray) -> FloatArray:
     """Two scalars (comparisons always carry ``bool`` here; the parser insists)."""
     if op in COMPARISON:
-        return 1.0 if compare(op, a, b) else 0.0
+        return compare(op, a, b).astype(np.float64)
     return arithmetic(op, a, b)
 
 
-def vector_scalar(node: BinaryNode, vec: StepVector, scalar: float, swap: bool) -> StepVector:
+def vector_scalar(node: BinaryNode, vec: Vec, scalar: FloatArray, swap: bool) -> Vec:
     """A vector and a scalar; ``swap`` when the scalar is on the left."""
     op = node.op
-    out: StepVector = []
+    s = scalar[None, :]
+    a, b = (s, vec.values) if swap else (vec.values, s)
     if op in COMPARISON:
-        for labels, v in vec:
-            keep = compare(op, scalar, v) if swap else compare(op, v, scalar)
-            if node.return_bool:
-                out.append((drop_name(labels), 1.0 if keep else 0.0))
-            elif keep:
-                out.append((labels, v))
-        return out
-    for labels, v in vec:
-        value = arithmetic(op, scalar, v) if swap else arithmetic(op, v, scalar)
-        out.append((drop_name(labels), value))
-    return out
-
-
-class Matching:
-    """Per-node caches for vector matching: signatures and result label sets."""
-
-    def __init__(self, node: BinaryNode) -> None:
-        self.node = node
-        self._sigs: dict[Labels, Labels] = {}
-        self._results: dict[tuple[Labels, Labels], Labels] = {}
-
-    def signature(self, labels: Labels) -> Labels:
-        """The labels two sides are matched on (``on``) or all but the ignored ones."""
-        got = self._sigs.get(labels)
-        if got is None:
-            got = self._sigs[labels] = grouping_labels(labels, self.node.matching, self.node.on)
-        return got
-
-    def result_labels(self, lhs: Labels, rhs: Labels) -> Labels:
-        """Prometheus' ``resultMetric``: the output labels of a matched pair (``rhs`` = one side)."""
-        key = (lhs, rhs)
-        got = self._results.get(key)
-        if got is not None:
-            return got
-        node = self.node
-        result = dict(lhs)
-        if node.op in ARITHMETIC:
-            result.pop(METRIC_NAME, None)
-        if node.card == "one-to-one":
-            if node.on:
-                result = {k: v for k, v in result.items() if k in node.matching}
-            else:
-                for name in node.matching:
-                    result.pop(name, None)
-        if node.include:
-            one = dict(rhs)
-            for name in node.include:
-                value = one.get(name, "")
-                if value:
-                    result[name] = value
-                else:
-                    result.pop(name, None)
-        got = tuple(sorted(result.items()))
-        self._results[key] = got
-        return got
-
-
-def vector_vector(m: Matching, lhs: StepVector, rhs: StepVector) -> StepVector:
-    """Arithmetic or comparison between two vectors with one-to-one or many-to-one matching."""
-    node = m.node
-    if not lhs or not rhs:
-        return []
-    swapped = node.card == "one-to-many"
-    if swapped:
-        lhs, rhs = rhs, lhs
-    one_side = _one_side(m, rhs, "left" if swapped else "right")
-    matched: dict[Labels, set[Labels] | None] = {}
-    out: StepVector = []
-    for labels, v in lhs:
-        sig = m.signature(labels)
-        found = one_side.get(sig)
-        if found is None:
-            continue
-        r_labels, r_value = found
-        value = _element(node, r_value, v) if swapped else _element(node, v, r_value)
-        if value is None:
-            continue
-        result = m.result_labels(labels, r_labels)
+        keep = compare(op, a, b)
         if node.return_bool:
-            result = drop_name(result)
-        _check_match(node, matched, sig, result)
-        out.append((result, value))
-    return out
+            return _unique(vec.unnamed(keep.astype(np.float64)), None)
+        return vec.with_values(vec.values, vec.present & keep)
+    return _unique(vec.unnamed(arithmetic(op, a, b)), None)
 
 
-def _one_side(m: Matching, vec: StepVector, side: str) -> dict[Labels, tuple[Labels, float]]:
-    """The "one" side's elements by signature; two with the same one fail the query."""
-    by_sig: dict[Labels, tuple[Labels, float]] = {}
-    for labels, v in vec:
-        sig = m.signature(labels)
-        dup = by_sig.get(sig)
-        if dup is not None:
-            raise QueryError(
-                "execution",
-                f"found duplicate series for the match group {labels_str(sig)} "
-                f"on the {side} hand-side of the operation: [{labels_str(labels)}, {labels_str(dup[0])}]"
-                ";many-to-many matching not allowed: matching labels must be unique on one side",
-            )
-        by_sig[sig] = (labels, v)
-    return by_sig
+def signature(node: BinaryNode, labels: Labels) -> Labels:
+    """The labels two sides are matched on (``on``) or all but the ignored ones and the name."""
+    return grouping_labels(labels, node.matching, node.on)
 
 
-def _element(node: BinaryNode, vl: float, vr: float) -> float | None:
-    """One matched pair's value, or None when a comparison without ``bool`` drops it."""
+def result_labels(node: BinaryNode, many: Labels, one: Labels) -> Labels:
+    """Prometheus' ``resultMetric``: the output labels of a matched pair (``one`` = "one" side)."""
+    result = dict(many)
+    if node.op in ARITHMETIC:
+        result.pop(METRIC_NAME, None)
+    if node.card == "one-to-one":
+        if node.on:
+            result = {k: v for k, v in result.items() if k in node.matching}
+        else:
+            for name in node.matching:
+                result.pop(name, None)
+    if node.include:
+        other = dict(one)
+        for name in node.include:
+            value = other.get(name, "")
+            if value:
+                result[name] = value
+            else:
+                result.pop(name, None)
+    labels = tuple(sorted(result.items()))
+    return drop_name(labels) if node.return_bool else labels
+
+
+def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
+    """Arithmetic or comparison between two vectors with one-to-one or many-to-one matching."""
+    lhs, rhs = lhs.compact(), rhs.compact()
+    active: BoolArray = np.logical_or.reduce(lhs.present, axis=0)
+    active &= np.logical_or.reduce(rhs.present, axis=0)
+    swapped = node.card == "one-to-many"
+    many, one = (rhs, lhs) if swapped else (lhs, rhs)
+    by_sig: dict[Labels, list[int]] = {}
+    for row, labels in enumerate(one.labels):
+        by_sig.setdefault(signature(node, labels), []).append(row)
+    failure = _one_side_clash(node, one, by_sig, active, "left" if swapped else "right")
+    pairs = [
+        (i, r)
+        for i, labels in enumerate(many.labels)
+        for r in by_sig.get(signature(node, labels), ())
+    ]
+    mi = np.array([i for i, _ in pairs], dtype=np.int64)
+    oi = np.array([r for _, r in pairs], dtype=np.int64)
+    vl, vr = many.values[mi], one.values[oi]
+    if swapped:
+        vl, vr = vr, vl
+    both = many.present[mi] & one.present[oi] & active[None, :]
     if node.op in COMPARISON:
         keep = compare(node.op, vl, vr)
-        value = vl
+        value = keep.astype(np.float64) if node.return_bool else vl
     else:
-        keep = True
+        keep = np.ones(both.shape, dtype=bool)
         value = arithmetic(node.op, vl, vr)
-    if node.return_bool:
-        return 1.0 if keep else 0.0
-    return value if keep else None
+    present = both if node.return_bool else both & keep
+    results = [result_labels(node, many.labels[i], one.labels[r]) for i, r in pairs]
+    out = Vec(results, value, present, None if many.rank is None else many.rank[mi])
+    failure = _earliest(
+        failure, _match_clash(node, out, [signature(node, many.labels[i]) for i, _ in pairs])
+    )
+    return _unique(out, failure)
 
 
-def _check_match(
-    node: BinaryNode, matched: dict[Labels, set[Labels] | None], sig: Labels, result: Labels
-) -> None:
-    """Record a match; a signature matched twice (one-to-one) or a repeated result fails."""
-    if node.card == "one-to-one":
-        if sig in matched:
-            raise QueryError(
+def _one_side_clash(
+    node: BinaryNode, one: Vec, by_sig: dict[Labels, list[int]], active: BoolArray, side: str
+) -> tuple[int, QueryError] | None:
+    """The first step where two series of the "one" side share a signature, with Prometheus' error."""
+    step: int | None = None
+    for rows in by_sig.values():
+        if len(rows) > 1:
+            clash = np.flatnonzero(active & (one.present[rows].sum(axis=0) > 1))
+            if clash.size and (step is None or int(clash[0]) < step):
+                step = int(clash[0])
+    if step is None:
+        return None
+    one = one.ordered()  # Prometheus names the pair it meets first, in its order
+    seen: dict[Labels, Labels] = {}
+    for row in np.flatnonzero(one.present[:, step]).tolist():
+        labels = one.labels[row]
+        sig = signature(node, labels)
+        if sig in seen:
+            error = QueryError(
                 "execution",
-                "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
+                f"found duplicate series for the match group {labels_str(sig)} "
+                f"on the {side} hand-side of the operation: "
+                f"[{labels_str(labels)}, {labels_str(seen[sig])}]"
+                ";many-to-many matching not allowed: matching labels must be unique on one side",
             )
-        matched[sig] = None
-        return
-    inserted = matched.get(sig)
-    if inserted is None:
-        inserted = matched[sig] = set()
-    elif result in inserted:
-        raise QueryError(
-            "execution",
-            "multiple matches for labels: grouping labels must ensure unique matches",
+            return step, error
+        seen[sig] = labels
+    raise AssertionError("a clash was found but not located")
+
+
+def _match_clash(node: BinaryNode, out: Vec, sigs: list[Labels]) -> tuple[int, QueryError] | None:
+    """The first step where one signature matched twice (one-to-one) or gave one result twice."""
+    if node.card == "one-to-one":
+        keys: list[object] = list(sigs)
+        message = "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"
+    else:
+        keys = list(zip(sigs, out.labels, strict=True))
+        message = "multiple matches for labels: grouping labels must ensure unique matches"
+    step = first_overlap(out, duplicate_rows(keys))
+    return None if step is None else (step, QueryError("execution", message))
+
+
+def _earliest(
+    a: tuple[int, QueryError] | None, b: tuple[int, QueryError] | None
+) -> tuple[int, QueryError] | None:
+    """The failure at the earlier step; at the same step the first one (checked first)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if b[0] < a[0] else a
+
+
+def _unique(vec: Vec, failure: tuple[int, QueryError] | None) -> Vec:
+    """Prometheus' per-step check of the result after the operator's own, in step order."""
+    vec = vec.compact()
+    groups = duplicate_rows(vec.labels)
+    clash = first_overlap(vec, groups)
+    if clash is not None:
+        failure = _earliest(failure, (clash, QueryError("execution", SAME_LABELSET)))
+    if failure is not None:
+        raise failure[1]
+    return merge_rows(vec, groups)
+
+
+def set_operation(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
+    """``and``, ``or``, ``unless``: which elements of each side survive at each step."""
+    lhs, rhs = lhs.compact(), rhs.compact()
+    if node.op == "or":
+        left_any = _any_by_signature(node, lhs, rhs.labels)
+        joined = Vec(
+            lhs.labels + rhs.labels,
+            np.concatenate([lhs.values, rhs.values]),
+            np.concatenate([lhs.present, rhs.present & ~left_any]),
+            np.concatenate([lhs.ranks(), rhs.ranks() + len(lhs.labels)]),
         )
-    inserted.add(result)
+        return _unique(joined, None)
+    right_any = _any_by_signature(node, rhs, lhs.labels)
+    present = lhs.present & right_any if node.op == "and" else lhs.present & ~right_any
+    return lhs.with_values(lhs.values, present)
 
 
-def set_operation(m: Matching, lhs: StepVector, rhs: StepVector) -> StepVector:
-    """``and``, ``or``, ``unless``."""
-    op = m.node.op
-    if op == "and":
-        if not lhs or not rhs:
-            return []
-        right = {m.signature(labels) for labels, _ in rhs}
-        return [(labels, v) for labels, v in lhs if m.signature(labels) in right]
-    if op == "or":
-        if not lhs:
-            return list(rhs)
-        if not rhs:
-            return list(lhs)
-        left = {m.signature(labels) for labels, _ in lhs}
-        return list(lhs) + [(labels, v) for labels, v in rhs if m.signature(labels) not in left]
-    # unless
-    if not lhs or not rhs:
-        return list(lhs)
-    right = {m.signature(labels) for labels, _ in rhs}
-    return [(labels, v) for labels, v in lhs if m.signature(labels) not in right]
+def _any_by_signature(node: BinaryNode, side: Vec, rows: list[Labels]) -> BoolArray:
+    """For each label set in ``rows``: whether ``side`` has an element with its signature, per step."""
+    index: dict[Labels, int] = {}
+    for labels in side.labels:
+        index.setdefault(signature(node, labels), len(index))
+    present = np.zeros((len(index) + 1, side.steps), dtype=bool)  # the last row: no such signature
+    if side.labels:
+        ids = np.array([index[signature(node, labels)] for labels in side.labels])
+        np.logical_or.at(present, ids, side.present)
+    lookup = np.array(
+        [index.get(signature(node, labels), len(index)) for labels in rows], dtype=np.int64
+    )
+    picked: BoolArray = present[lookup] if rows else np.zeros((0, side.steps), dtype=bool)
+    return picked

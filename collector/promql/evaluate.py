@@ -1,20 +1,23 @@
-"""Evaluating the plan's tree at one step, over the series a :class:`~.select.Selection` read.
+"""Evaluating the plan's tree over whole arrays, from what a :class:`~.select.Selection` read.
 
-The tree is walked once a step (Prometheus' ``rangeEval``), so a range query
-costs steps x tree size in CPU; what a node can reuse across steps (grouping
-keys, vector matching, label rewrites) is kept per node for the whole query.
+Each node is evaluated once a query for all its steps: an instant vector is a
+:class:`~.arrays.Vec` (series x steps), a scalar one value per step. Children
+are evaluated before their parent, and each node raises the errors Prometheus
+raises for it in step order, so the first error of a query is Prometheus'
+first. Nothing here reads the storage: a prefetched query can be evaluated
+in any thread.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+import numpy as np
 
 from . import aggregate as agg
-from . import binary, instant
-from .deadline import Deadline
+from . import binary, instant, lookup
+from .arrays import Block, FloatArray, IntArray, Vec, unique_overall, unique_per_step
+from .limits import Limits
 from .plan import (
+    DATE_FUNCTIONS,
     SET_OPERATORS,
     AggNode,
     BinaryNode,
@@ -24,156 +27,193 @@ from .plan import (
     Node,
     NumberNode,
     SelectorNode,
+    SubqueryNode,
     string_literal,
 )
-from .ranges import RANGE_FUNCTIONS, Window
+from .ranges import RANGE_FUNCTIONS, check_smoothing
+from .relabel import relabel
 from .select import Selection
-from .values import Labels, QueryError, StepVector, drop_name
+from .timing import QueryTimes, ref_mode, refs, subquery_refs, subquery_steps
+from .values import Labels, drop_name
 
-_SAME_LABELSET = "vector cannot contain metrics with the same labelset"
-
-_T = TypeVar("_T")
+RangeSource = tuple[list[Block], IntArray, IntArray, int]
+"""A range vector argument: its blocks, their rows' output order, window ends per step, range."""
 
 
 class Evaluator:
-    """Evaluates the nodes of one query at any step."""
+    """Evaluates the nodes of one query over arrays of steps (milliseconds)."""
 
-    def __init__(self, selection: Selection, deadline: Deadline) -> None:
+    def __init__(
+        self, selection: Selection, times: QueryTimes, lookback_ms: int, limits: Limits
+    ) -> None:
         self.selection = selection
-        self.deadline = deadline
-        self._group_keys: dict[int, agg.GroupKeys] = {}
-        self._matchings: dict[int, binary.Matching] = {}
-        self._relabels: dict[int, instant.Relabel] = {}
-        self._provenance: dict[int, dict[Labels, Labels]] = {}
+        self.times = times
+        self.lookback_ms = lookback_ms
+        self.limits = limits
 
-    def scalar(self, node: Node, ts: int) -> float:
-        """A scalar expression's value at ``ts`` (milliseconds)."""
+    def scalar(self, node: Node, at: IntArray) -> FloatArray:
+        """A scalar expression's value at each step."""
         if isinstance(node, NumberNode):
-            return node.value
+            return np.full(at.shape, node.value)
         if isinstance(node, NegNode):
-            return -self.scalar(node.expr, ts)
+            return -self.scalar(node.expr, at)
         if isinstance(node, BinaryNode):
             return binary.scalar_binop(
-                node.op, self.scalar(node.lhs, ts), self.scalar(node.rhs, ts)
+                node.op, self.scalar(node.lhs, at), self.scalar(node.rhs, at)
             )
         if isinstance(node, CallNode):
             if node.name == "time":
-                return ts / 1000
+                return at / 1000
             if node.name == "scalar":
-                vec = self.vector(node.args[0], ts)
-                return vec[0][1] if len(vec) == 1 else math.nan
+                vec = self.vector(node.args[0], at)
+                if not vec.labels:
+                    return np.full(at.shape, np.nan)
+                single = vec.present.sum(axis=0) == 1
+                picked = vec.values[np.argmax(vec.present, axis=0), np.arange(at.size)]
+                return np.where(single, picked, np.nan)
         raise AssertionError(f"not a scalar expression: {node!r}")
 
-    def vector(self, node: Node, ts: int) -> StepVector:
-        """An instant-vector expression's elements at ``ts`` (milliseconds)."""
-        self.deadline.check()
+    def vector(self, node: Node, at: IntArray) -> Vec:
+        """An instant-vector expression at each step."""
+        self.limits.check()
+        vec = self._vector(node, at)
+        self.limits.charge(vec.values.size)
+        return vec
+
+    def _vector(self, node: Node, at: IntArray) -> Vec:
         if isinstance(node, SelectorNode):
-            return [(labels, v) for labels, _, v in self.selection.instant(node, ts)]
+            found, _ = lookup.instant(
+                self.selection.of(node), refs(node, at, self.times), self.lookback_ms
+            )
+            return found.compact()
         if isinstance(node, AggNode):
-            return self._aggregate(node, ts)
+            return self._aggregate(node, at)
         if isinstance(node, BinaryNode):
-            return self._binary(node, ts)
+            return self._binary(node, at)
         if isinstance(node, CallNode):
-            return self._call(node, ts)
+            return self._call(node, at)
         if isinstance(node, NegNode):
-            inner = self.vector(node.expr, ts)
-            out = [(drop_name(labels), -v) for labels, v in inner]
-            self._record_provenance(node, out, [labels for labels, _ in inner])
-            return out
+            inner = self.vector(node.expr, at)
+            return unique_overall(inner.unnamed(-inner.values))
         raise AssertionError(f"not a vector expression: {node!r}")
 
-    def _aggregate(self, node: AggNode, ts: int) -> StepVector:
-        keys = _per_node(self._group_keys, node, lambda: agg.GroupKeys(node.grouping, node.without))
-        param: float | str | None = None
+    def _aggregate(self, node: AggNode, at: IntArray) -> Vec:
+        param: FloatArray | str | None = None
         if node.param is not None:
-            param = (
-                string_literal(node.param)
-                if node.param.value_type == "string"
-                else self.scalar(node.param, ts)
-            )
-        return agg.aggregate(node.op, self.vector(node.expr, ts), keys, param)
+            if node.param.value_type == "string":
+                param = string_literal(node.param)
+            else:
+                param = self.scalar(node.param, at)
+        return agg.aggregate(node, self.vector(node.expr, at), param)
 
-    def _binary(self, node: BinaryNode, ts: int) -> StepVector:
+    def _binary(self, node: BinaryNode, at: IntArray) -> Vec:
         if node.lhs.value_type == "scalar":
-            out = binary.vector_scalar(
-                node, self.vector(node.rhs, ts), self.scalar(node.lhs, ts), swap=True
-            )
-        elif node.rhs.value_type == "scalar":
-            out = binary.vector_scalar(
-                node, self.vector(node.lhs, ts), self.scalar(node.rhs, ts), swap=False
-            )
-        else:
-            m = _per_node(self._matchings, node, lambda: binary.Matching(node))
-            lhs, rhs = self.vector(node.lhs, ts), self.vector(node.rhs, ts)
-            if node.op in SET_OPERATORS:
-                return binary.set_operation(m, lhs, rhs)
-            out = binary.vector_vector(m, lhs, rhs)
-        _check_unique(out)
-        return out
+            scalar = self.scalar(node.lhs, at)
+            return binary.vector_scalar(node, self.vector(node.rhs, at), scalar, swap=True)
+        if node.rhs.value_type == "scalar":
+            vec = self.vector(node.lhs, at)
+            return binary.vector_scalar(node, vec, self.scalar(node.rhs, at), swap=False)
+        lhs, rhs = self.vector(node.lhs, at), self.vector(node.rhs, at)
+        if node.op in SET_OPERATORS:
+            return binary.set_operation(node, lhs, rhs)
+        return binary.vector_vector(node, lhs, rhs)
 
-    def _call(self, node: CallNode, ts: int) -> StepVector:
+    def _call(self, node: CallNode, at: IntArray) -> Vec:
         name = node.name
-        if name in RANGE_FUNCTIONS:
-            return self._range_call(node, ts)
+        if name in RANGE_FUNCTIONS or name == "absent_over_time":
+            return self._range_call(node, at)
         if name == "vector":
-            return [((), self.scalar(node.args[0], ts))]
+            return Vec([()], self.scalar(node.args[0], at)[None, :], np.ones((1, at.size), bool))
+        if name in DATE_FUNCTIONS and not node.args:
+            values = instant.date_function(name, at / 1000)
+            return Vec([()], values[None, :], np.ones((1, at.size), dtype=bool))
         arg = node.args[0]
         if name == "timestamp" and isinstance(arg, SelectorNode):
-            # On a plain selector, the sample's own timestamp (not the evaluation time).
-            out = [
-                (drop_name(labels), t / 1000) for labels, t, _ in self.selection.instant(arg, ts)
-            ]
-        else:
-            out = self._vector_function(node, self.vector(arg, ts), ts)
-        _check_unique(out)
-        return out
+            # On a plain selector, the sample's own time (not the evaluation time).
+            where = refs(arg, at, self.times, ref_mode(node, arg))
+            found, sample_times = lookup.instant(
+                self.selection.of(arg), where, self.lookback_ms, with_times=True
+            )
+            assert sample_times is not None
+            return unique_per_step(found.unnamed(sample_times / 1000))
+        if name in ("label_replace", "label_join"):
+            rewrite = relabel(node)
+            vec = self.vector(arg, at)
+            return unique_per_step(vec.relabelled(rewrite(vec.labels)))
+        vec = self.vector(arg, at)
+        if name == "absent":
+            return instant.absent(vec, arg)
+        args = [self.scalar(a, at) for a in node.args[1:]]
+        return unique_per_step(instant.apply(name, vec, args, at))
 
-    def _vector_function(self, node: CallNode, vec: StepVector, ts: int) -> StepVector:
-        if node.name in ("label_replace", "label_join"):
-            rewrite = _per_node(self._relabels, node, lambda: instant.relabel(node))
-            return rewrite(vec)
-        if node.name == "absent":
-            return instant.absent(vec, node.args[0])
-        args = [self.scalar(a, ts) for a in node.args[1:]]
-        return instant.apply(node.name, vec, args, ts)
-
-    def _range_call(self, node: CallNode, ts: int) -> StepVector:
+    def _range_call(self, node: CallNode, at: IntArray) -> Vec:
+        index = next(i for i, a in enumerate(node.args) if a.value_type == "matrix")
+        args = [self.scalar(a, at) for i, a in enumerate(node.args) if i != index]
+        blocks, order, ends, range_ms = self._range_source(node, node.args[index], at)
+        windows = [lookup.Window(b, ends, range_ms, at) for b in blocks]
+        if node.name == "absent_over_time":
+            found = np.zeros(at.size, dtype=bool)
+            for win in windows:
+                found |= (win.count >= 1).any(axis=0)
+            labels = [instant.absent_labels(node.args[index])]
+            return Vec(labels, np.ones((1, at.size)), ~found[None, :])
+        if not windows:
+            return Vec.empty(at.size)
+        if node.name == "holt_winters":
+            counts = np.concatenate([win.count for win in windows])[order]
+            check_smoothing(counts, args[0], args[1])
         fn = RANGE_FUNCTIONS[node.name]
-        arg = 0.0
-        mat_node = node.args[-1]
-        if len(node.args) > 1:  # quantile_over_time(q, x[r])
-            arg = self.scalar(node.args[0], ts)
-        assert isinstance(mat_node, MatrixNode)
-        window = Window(ts, mat_node.range_ms, mat_node.selector.offset_ms)
-        keep_name = node.name == "last_over_time"
-        out: StepVector = []
-        sources: list[Labels] = []
-        for labels, times, values in self.selection.matrix(mat_node, ts):
-            value = fn(times, values, window, arg)
-            if value is not None:
-                out.append((labels if keep_name else drop_name(labels), value))
-                sources.append(labels)
-        self._record_provenance(node, out, sources)
-        return out
+        parts = [fn(win, args) for win in windows]
+        every = [labels for b in blocks for labels in b.labels]
+        if node.name != "last_over_time":
+            every = [drop_name(labels) for labels in every]
+        values = np.concatenate([p[0] for p in parts])
+        present = np.concatenate([p[1] for p in parts])
+        maps = lookup.maps_of(blocks)
+        return unique_overall(Vec(every, values, present, lookup.rank_of(order), maps))
 
-    def _record_provenance(self, node: Node, out: StepVector, sources: Sequence[Labels]) -> None:
-        """Prometheus checks these nodes' whole result matrix: two input series mapping to the
-        same output labels fail the query even when they never share a step."""
-        seen = _per_node(self._provenance, node, dict)
-        for (labels, _), source in zip(out, sources, strict=True):
-            first = seen.setdefault(labels, source)
-            if first != source:
-                raise QueryError("execution", _SAME_LABELSET)
+    def _range_source(self, parent: CallNode, arg: Node, at: IntArray) -> RangeSource:
+        """A range vector argument's blocks, output order, window ends and range."""
+        mode = ref_mode(parent, arg)
+        if isinstance(arg, MatrixNode):
+            selected = self.selection.of(arg.selector)
+            ends = refs(arg.selector, at, self.times, mode)
+            return selected.blocks, selected.order, ends, arg.range_ms
+        assert isinstance(arg, SubqueryNode)
+        block, order = self.subquery_block(arg, subquery_steps(arg, at, self.times, mode))
+        return [block], order, subquery_refs(arg, at, self.times, mode), arg.range_ms
 
+    def subquery_block(self, node: SubqueryNode, inner: IntArray) -> tuple[Block, IntArray]:
+        """A subquery's expression at its own steps, as a block of points (no staleness
+        markers), and its rows' Prometheus order."""
+        if node.expr.value_type == "scalar":
+            values = self.scalar(node.expr, inner)[None, :]
+            vec = Vec([()], values, np.ones(values.shape, dtype=bool))
+        else:
+            vec = self.vector(node.expr, inner)
+        stale = np.zeros(vec.present.shape, dtype=bool)
+        order = np.argsort(vec.ranks(), kind="stable")
+        return Block(inner, vec.labels, vec.values, vec.present, stale), order
 
-def _per_node(cache: dict[int, _T], node: Node, make: Callable[[], _T]) -> _T:
-    """What ``node`` keeps across steps, made on its first step."""
-    got = cache.get(id(node))
-    if got is None:
-        got = cache[id(node)] = make()
-    return got
-
-
-def _check_unique(vec: StepVector) -> None:
-    if len(vec) > 1 and len({labels for labels, _ in vec}) != len(vec):
-        raise QueryError("execution", _SAME_LABELSET)
+    def matrix(self, node: Node, at: int) -> list[tuple[Labels, IntArray, FloatArray]]:
+        """A top-level range vector (instant queries only): each series' points in its window."""
+        step = np.array([at], dtype=np.int64)
+        if isinstance(node, SubqueryNode):
+            block, order = self.subquery_block(node, subquery_steps(node, step, self.times))
+            blocks = [block]
+            end = int(subquery_refs(node, step, self.times)[0])
+        else:
+            assert isinstance(node, MatrixNode)
+            selected = self.selection.of(node.selector)
+            blocks, order = selected.blocks, selected.order
+            end = int(refs(node.selector, step, self.times)[0])
+        assert isinstance(node, SubqueryNode | MatrixNode)
+        rows: list[tuple[Labels, IntArray, FloatArray]] = []
+        for block in blocks:
+            inside = (block.times >= end - node.range_ms) & (block.times <= end)
+            points = block.points & inside[None, :]
+            for row, labels in enumerate(block.labels):
+                keep = points[row]
+                rows.append((labels, block.times[keep], block.values[row, keep]))
+        ordered = [rows[i] for i in order.tolist()]
+        return [row for row in ordered if row[1].size]

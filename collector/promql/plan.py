@@ -9,6 +9,7 @@ query fails with an ``execution`` error naming the feature, never a wrong answer
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,53 +17,67 @@ import promql_parser as pp
 
 from collector.tsdb.series import Matcher, Op
 
-from .floats import MATH_FUNCTIONS
-from .ranges import RANGE_FUNCTIONS
 from .values import QueryError, unsupported
 
 ValueType = Literal["scalar", "vector", "matrix", "string"]
 
 AGGREGATIONS = frozenset(
-    {
-        "sum",
-        "avg",
-        "min",
-        "max",
-        "count",
-        "group",
-        "stddev",
-        "stdvar",
-        "topk",
-        "bottomk",
-        "quantile",
-        "count_values",
-    }
+    {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar"}
+    | {"topk", "bottomk", "quantile", "count_values"}
 )
 
-VECTOR_FUNCTIONS = frozenset(MATH_FUNCTIONS) | {
-    "round",
-    "clamp",
-    "clamp_min",
-    "clamp_max",
-    "label_replace",
-    "label_join",
-    "timestamp",
-    "vector",
-    "sort",
-    "sort_desc",
-    "absent",
-}
+MATH_FUNCTIONS = frozenset({"abs", "ceil", "floor", "exp", "ln", "log2", "log10", "sqrt", "sgn"})
+DATE_FUNCTIONS = frozenset(
+    {"day_of_month", "day_of_week", "day_of_year", "days_in_month"}
+    | {"hour", "minute", "month", "year"}
+)
+VECTOR_FUNCTIONS = (
+    MATH_FUNCTIONS
+    | DATE_FUNCTIONS
+    | {
+        "round",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "label_replace",
+        "label_join",
+        "timestamp",
+        "vector",
+        "sort",
+        "sort_desc",
+        "absent",
+    }
+)
+RANGE_FUNCTIONS = frozenset(
+    {"rate", "increase", "delta", "irate", "idelta", "changes", "resets"}
+    | {"deriv", "predict_linear", "holt_winters"}
+    | {"avg_over_time", "min_over_time", "max_over_time", "sum_over_time", "count_over_time"}
+    | {"last_over_time", "quantile_over_time", "stddev_over_time", "stdvar_over_time"}
+    | {"present_over_time", "absent_over_time"}
+)
 SCALAR_FUNCTIONS = frozenset({"time", "scalar"})
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^"})
 COMPARISON = frozenset({"==", "!=", ">", "<", ">=", "<="})
 SET_OPERATORS = frozenset({"and", "or", "unless"})
 
-# Functions Prometheus 2.x knows that promql-parser (which follows newer
-# Prometheus) no longer parses: refuse them as unsupported, not as bad syntax.
-_PROMETHEUS2_ONLY_FUNCTIONS = frozenset({"holt_winters"})
+DEFAULT_SUBQUERY_STEP_MS = 60_000
+"""A subquery without a step uses Prometheus' default global evaluation interval, one minute."""
+
+# Prometheus 2.x's holt_winters is promql-parser's (newer Prometheus')
+# double_exponential_smoothing: same arguments, same arithmetic.
+_HOLT_WINTERS = "holt_winters"
+_RENAMED_HOLT_WINTERS = "double_exponential_smoothing"
 
 Card = Literal["one-to-one", "many-to-one", "one-to-many", "many-to-many"]
+
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """An ``@`` modifier: a fixed time (milliseconds), or the query's ``start()`` / ``end()``."""
+
+    kind: Literal["time", "start", "end"]
+    ms: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -87,6 +102,7 @@ class SelectorNode:
 
     matchers: tuple[Matcher, ...]
     offset_ms: int
+    at: At | None = None
     value_type: ValueType = "vector"
 
 
@@ -96,6 +112,18 @@ class MatrixNode:
 
     selector: SelectorNode
     range_ms: int
+    value_type: ValueType = "matrix"
+
+
+@dataclass(eq=False, slots=True)
+class SubqueryNode:
+    """A subquery ``expr[range:step]``: ``expr`` at its own aligned steps, as a range vector."""
+
+    expr: Node
+    range_ms: int
+    step_ms: int
+    offset_ms: int
+    at: At | None = None
     value_type: ValueType = "matrix"
 
 
@@ -149,7 +177,15 @@ class CallNode:
 
 
 Node = (
-    NumberNode | StringNode | SelectorNode | MatrixNode | NegNode | BinaryNode | AggNode | CallNode
+    NumberNode
+    | StringNode
+    | SelectorNode
+    | MatrixNode
+    | SubqueryNode
+    | NegNode
+    | BinaryNode
+    | AggNode
+    | CallNode
 )
 
 _MATCH_OPS: tuple[tuple[pp.MatchOp, Op], ...] = (
@@ -160,94 +196,53 @@ _MATCH_OPS: tuple[tuple[pp.MatchOp, Op], ...] = (
 )
 
 
-def _match_op(op: pp.MatchOp) -> Op:
-    for known, ours in _MATCH_OPS:
-        if op == known:
-            return ours
-    raise unsupported(f"label matcher {op}")
-
-
 def compile_query(text: str) -> Node:
     """Parse ``text`` and return the evaluator's tree, or raise :class:`QueryError`."""
     try:
         expr = pp.parse(text)
     except Exception as exc:  # promql-parser raises ValueError; be safe about others
         message = str(exc)
-        unknown = re.fullmatch(r"unknown function with name '(\w+)'", message)
-        if unknown and unknown.group(1) in _PROMETHEUS2_ONLY_FUNCTIONS:
-            raise unsupported(f"function {unknown.group(1)}") from None
-        raise QueryError("bad_data", message) from None
-    return _convert(expr)
+    else:
+        return _Converter(text, renamed=False).convert(expr)
+    unknown = re.fullmatch(r"unknown function with name '(\w+)'", message)
+    if not unknown or unknown.group(1) != _HOLT_WINTERS or _RENAMED_HOLT_WINTERS in text:
+        raise QueryError("bad_data", message)
+    try:
+        expr = pp.parse(_rename_holt_winters(text))
+    except Exception as exc:
+        raise QueryError(
+            "bad_data", str(exc).replace(_RENAMED_HOLT_WINTERS, _HOLT_WINTERS)
+        ) from None
+    return _Converter(text, renamed=True).convert(expr)
 
 
-def selectors(node: Node) -> list[tuple[SelectorNode, int]]:
-    """Every selector in the tree with the range it is read over (0 for an instant selector)."""
-    found: list[tuple[SelectorNode, int]] = []
+def _rename_holt_winters(text: str) -> str:
+    """``text`` with every call of holt_winters (outside string literals) renamed for the parser."""
+    token = re.compile(r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)|\bholt_winters(?=\s*\()""")
+    return token.sub(lambda m: m.group(1) or _RENAMED_HOLT_WINTERS, text)
 
-    def walk(n: Node) -> None:
-        if isinstance(n, SelectorNode):
-            found.append((n, 0))
-        elif isinstance(n, MatrixNode):
-            found.append((n.selector, n.range_ms))
-        elif isinstance(n, NegNode):
-            walk(n.expr)
-        elif isinstance(n, BinaryNode):
-            walk(n.lhs)
-            walk(n.rhs)
-        elif isinstance(n, AggNode):
-            if n.param is not None:
-                walk(n.param)
-            walk(n.expr)
-        elif isinstance(n, CallNode):
-            for arg in n.args:
-                walk(arg)
 
-    walk(node)
-    return found
+def children(node: Node) -> Iterator[Node]:
+    """The direct sub-expressions of ``node``, in evaluation order."""
+    if isinstance(node, MatrixNode):
+        yield node.selector
+    elif isinstance(node, SubqueryNode | NegNode):
+        yield node.expr
+    elif isinstance(node, BinaryNode):
+        yield node.lhs
+        yield node.rhs
+    elif isinstance(node, AggNode):
+        if node.param is not None:
+            yield node.param
+        yield node.expr
+    elif isinstance(node, CallNode):
+        yield from node.args
 
 
 def string_literal(node: Node) -> str:
     """The value of a string argument: always a literal, PromQL has no other string expression."""
     assert isinstance(node, StringNode)
     return node.value
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-def _convert(expr: object) -> Node:
-    if isinstance(expr, pp.ParenExpr):
-        return _convert(expr.expr)
-    if isinstance(expr, pp.NumberLiteral):
-        return NumberNode(float(expr.val))
-    if isinstance(expr, pp.StringLiteral):
-        return StringNode(expr.val)
-    if isinstance(expr, pp.VectorSelector):
-        return _selector(expr)
-    if isinstance(expr, pp.MatrixSelector):
-        return MatrixNode(_selector(expr.vector_selector), _ms(expr.range.total_seconds()))
-    if isinstance(expr, pp.SubqueryExpr):
-        raise unsupported("subquery")
-    if isinstance(expr, pp.UnaryExpr):
-        inner = _convert(expr.expr)
-        return NegNode(inner, inner.value_type)
-    if isinstance(expr, pp.BinaryExpr):
-        return _binary(expr)
-    if isinstance(expr, pp.AggregateExpr):
-        return _aggregate(expr)
-    if isinstance(expr, pp.Call):
-        return _call(expr)
-    raise unsupported(f"expression {type(expr).__name__}")
-
-
-def _selector(vs: pp.VectorSelector) -> SelectorNode:
-    if vs.at is not None:
-        raise unsupported("@ modifier")
-    if vs.matchers.or_matchers:
-        raise unsupported("'or' in label matchers")
-    offset_ms = _ms(vs.offset.total_seconds()) if vs.offset is not None else 0
-    return SelectorNode(selector_matchers(vs), offset_ms)
 
 
 def selector_matchers(vs: pp.VectorSelector) -> tuple[Matcher, ...]:
@@ -264,59 +259,136 @@ def selector_matchers(vs: pp.VectorSelector) -> tuple[Matcher, ...]:
     return tuple(matchers)
 
 
-def _binary(expr: pp.BinaryExpr) -> BinaryNode:
-    op = str(expr.op).strip()
-    if op not in ARITHMETIC | COMPARISON | SET_OPERATORS:
-        raise unsupported(f"operator {op}")
-    lhs, rhs = _convert(expr.lhs), _convert(expr.rhs)
-    value_type: ValueType = "vector" if "vector" in (lhs.value_type, rhs.value_type) else "scalar"
-    card: Card = "many-to-many" if op in SET_OPERATORS else "one-to-one"
-    on = False
-    matching: frozenset[str] = frozenset()
-    include: tuple[str, ...] = ()
-    return_bool = False
-    mod = expr.modifier
-    if mod is not None:
-        fill = mod.fill_values
-        if fill is not None and (fill.lhs is not None or fill.rhs is not None):
-            raise unsupported("fill modifiers")
-        return_bool = bool(mod.return_bool)
-        if mod.card == pp.VectorMatchCardinality.ManyToOne:
-            card = "many-to-one"
-        elif mod.card == pp.VectorMatchCardinality.OneToMany:
-            card = "one-to-many"
-        if mod.matching is not None:
-            on = mod.matching.type == pp.LabelModifierType.Include
-            matching = frozenset(mod.matching.labels)
-        include = tuple(mod.group_labels or ())
-    return BinaryNode(op, lhs, rhs, return_bool, card, on, matching, include, value_type)
+def _match_op(op: pp.MatchOp) -> Op:
+    for known, ours in _MATCH_OPS:
+        if op == known:
+            return ours
+    raise unsupported(f"label matcher {op}")
 
 
-def _aggregate(expr: pp.AggregateExpr) -> AggNode:
-    op = str(expr.op).strip()
-    if op not in AGGREGATIONS:
-        raise unsupported(f"aggregation {op}")
-    param = _convert(expr.param) if expr.param is not None else None
-    inner = _convert(expr.expr)
-    without = False
-    grouping: tuple[str, ...] = ()
-    if expr.modifier is not None:
-        without = expr.modifier.type == pp.AggModifierType.Without
-        grouping = tuple(sorted(set(expr.modifier.labels)))
-    return AggNode(op, inner, param, without, grouping)
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
-def _call(expr: pp.Call) -> CallNode:
-    name = expr.func.name
-    if name in SCALAR_FUNCTIONS:
-        value_type: ValueType = "scalar"
-    elif name in VECTOR_FUNCTIONS or name in RANGE_FUNCTIONS:
-        value_type = "vector"
-    else:
-        raise unsupported(f"function {name}")
-    args = [_convert(a) for a in expr.args]
-    regex = _label_regex(string_literal(args[4])) if name == "label_replace" else None
-    return CallNode(name, args, value_type, regex)
+def _offset_ms(offset: object) -> int:
+    return 0 if offset is None else _ms(offset.total_seconds())  # type: ignore[attr-defined]
+
+
+class _Converter:
+    """promql-parser's AST to the plan; ``renamed`` when holt_winters was renamed for the parser."""
+
+    def __init__(self, text: str, renamed: bool) -> None:
+        self.text = text
+        self.renamed = renamed
+
+    def convert(self, expr: object) -> Node:
+        if isinstance(expr, pp.ParenExpr):
+            return self.convert(expr.expr)
+        if isinstance(expr, pp.NumberLiteral):
+            return NumberNode(float(expr.val))
+        if isinstance(expr, pp.StringLiteral):
+            return StringNode(expr.val)
+        if isinstance(expr, pp.VectorSelector):
+            return self._selector(expr)
+        if isinstance(expr, pp.MatrixSelector):
+            selector = self._selector(expr.vector_selector)
+            return MatrixNode(selector, _ms(expr.range.total_seconds()))
+        if isinstance(expr, pp.SubqueryExpr):
+            return self._subquery(expr)
+        if isinstance(expr, pp.UnaryExpr):
+            inner = self.convert(expr.expr)
+            return NegNode(inner, inner.value_type)
+        if isinstance(expr, pp.BinaryExpr):
+            return self._binary(expr)
+        if isinstance(expr, pp.AggregateExpr):
+            return self._aggregate(expr)
+        if isinstance(expr, pp.Call):
+            return self._call(expr)
+        raise unsupported(f"expression {type(expr).__name__}")
+
+    def _subquery(self, expr: pp.SubqueryExpr) -> SubqueryNode:
+        step = _ms(expr.step.total_seconds()) if expr.step is not None else 0
+        assert expr.range is not None  # the grammar requires it
+        return SubqueryNode(
+            self.convert(expr.expr),
+            _ms(expr.range.total_seconds()),
+            step or DEFAULT_SUBQUERY_STEP_MS,
+            _offset_ms(expr.offset),
+            self._at(expr.at),
+        )
+
+    def _selector(self, vs: pp.VectorSelector) -> SelectorNode:
+        if vs.matchers.or_matchers:
+            raise unsupported("'or' in label matchers")
+        return SelectorNode(selector_matchers(vs), _offset_ms(vs.offset), self._at(vs.at))
+
+    def _at(self, modifier: pp.AtModifier | None) -> At | None:
+        """The ``@`` modifier, read from its text (promql-parser renders it with milliseconds)."""
+        if modifier is None:
+            return None
+        if modifier.type == pp.AtModifierType.Start:
+            return At("start")
+        if modifier.type == pp.AtModifierType.End:
+            return At("end")
+        ms = _ms(float(str(modifier).removeprefix("@").strip()))
+        if ms == 0 and re.search(r"@\s*-", self.text):
+            # promql-parser renders a time before 1970 as 0 (and fails reading it).
+            raise unsupported("@ modifier before 1970")
+        return At("time", ms)
+
+    def _binary(self, expr: pp.BinaryExpr) -> BinaryNode:
+        op = str(expr.op).strip()
+        if op not in ARITHMETIC | COMPARISON | SET_OPERATORS:
+            raise unsupported(f"operator {op}")
+        lhs, rhs = self.convert(expr.lhs), self.convert(expr.rhs)
+        vector = "vector" in (lhs.value_type, rhs.value_type)
+        value_type: ValueType = "vector" if vector else "scalar"
+        card: Card = "many-to-many" if op in SET_OPERATORS else "one-to-one"
+        on, matching, include, return_bool = False, frozenset[str](), tuple[str, ...](), False
+        mod = expr.modifier
+        if mod is not None:
+            fill = mod.fill_values
+            if fill is not None and (fill.lhs is not None or fill.rhs is not None):
+                raise unsupported("fill modifiers")
+            return_bool = bool(mod.return_bool)
+            if mod.card == pp.VectorMatchCardinality.ManyToOne:
+                card = "many-to-one"
+            elif mod.card == pp.VectorMatchCardinality.OneToMany:
+                card = "one-to-many"
+            if mod.matching is not None:
+                on = mod.matching.type == pp.LabelModifierType.Include
+                matching = frozenset(mod.matching.labels)
+            include = tuple(mod.group_labels or ())
+        return BinaryNode(op, lhs, rhs, return_bool, card, on, matching, include, value_type)
+
+    def _aggregate(self, expr: pp.AggregateExpr) -> AggNode:
+        op = str(expr.op).strip()
+        if op not in AGGREGATIONS:
+            raise unsupported(f"aggregation {op}")
+        param = self.convert(expr.param) if expr.param is not None else None
+        inner = self.convert(expr.expr)
+        without = False
+        grouping: tuple[str, ...] = ()
+        if expr.modifier is not None:
+            without = expr.modifier.type == pp.AggModifierType.Without
+            grouping = tuple(sorted(set(expr.modifier.labels)))
+        return AggNode(op, inner, param, without, grouping)
+
+    def _call(self, expr: pp.Call) -> CallNode:
+        name = expr.func.name
+        if name == _RENAMED_HOLT_WINTERS:
+            if not self.renamed:  # Prometheus 2.x has no such function
+                raise QueryError("bad_data", f'unknown function with name "{name}"')
+            name = _HOLT_WINTERS
+        if name in SCALAR_FUNCTIONS:
+            value_type: ValueType = "scalar"
+        elif name in VECTOR_FUNCTIONS or name in RANGE_FUNCTIONS:
+            value_type = "vector"
+        else:
+            raise unsupported(f"function {name}")
+        args = [self.convert(a) for a in expr.args]
+        regex = _label_regex(string_literal(args[4])) if name == "label_replace" else None
+        return CallNode(name, args, value_type, regex)
 
 
 def _label_regex(text: str) -> re.Pattern[str] | None:

@@ -1,35 +1,162 @@
 """The two queries of the Prometheus API over a :class:`~collector.tsdb.series.Queryable`.
 
-Each is plan (:mod:`.plan`), select (:mod:`.select`), evaluate (:mod:`.evaluate`).
+Each is plan (:mod:`.plan`), select (:mod:`.select`), evaluate
+(:mod:`.evaluate`), in two calls: :func:`prepare_instant` /
+:func:`prepare_range` plan the query and read the storage, and
+:meth:`Prepared.run` evaluates what was read without touching the storage, so
+a server reads where the storage is safe to read and evaluates anywhere.
 Semantics follow Prometheus 2.x (checked against 2.42 by
 tests/test_promql_vs_prometheus.py).
 
-Supported: selectors with ``= != =~ !~`` and ``offset``; number and string
-literals, unary minus; ``+ - * / % ^`` and ``== != > < >= <=`` (with ``bool``)
-between scalars and vectors, vector matching with ``on``/``ignoring`` and
+Supported: selectors with ``= != =~ !~``, ``offset`` and ``@`` (a time,
+``start()``, ``end()``); subqueries; number and string literals, unary minus;
+``+ - * / % ^`` and ``== != > < >= <=`` (with ``bool``) between scalars and
+vectors, vector matching with ``on``/``ignoring`` and
 ``group_left``/``group_right``; ``and or unless``; the aggregations ``sum avg
 min max count group stddev stdvar topk bottomk quantile count_values`` with
-``by``/``without``; the functions ``abs ceil floor round clamp clamp_min
-clamp_max exp ln log2 log10 sqrt label_replace label_join time timestamp vector
-scalar sort sort_desc absent``, ``rate irate increase delta deriv`` and
-``avg min max sum count last quantile stddev stdvar present _over_time``.
-Anything else (``@``, subqueries, other functions...) is refused with an
+``by``/``without``; the functions ``abs ceil floor round sgn clamp clamp_min
+clamp_max exp ln log2 log10 sqrt``, ``label_replace label_join time timestamp
+vector scalar sort sort_desc absent``, ``day_of_month day_of_week day_of_year
+days_in_month hour minute month year``, ``rate irate increase delta idelta
+changes resets deriv predict_linear holt_winters`` and ``avg min max sum count
+last quantile stddev stdvar present absent _over_time``. Anything else
+(histogram functions, trigonometry, ``atan2``, ...) is refused with an
 ``execution`` error ``unsupported: <feature>`` before any data is read.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from collector.tsdb.series import Queryable
+import numpy as np
 
-from .deadline import Deadline
+from collector.tsdb.series import Queryable, pairs_key
+
+from .arrays import IntArray, Vec
 from .evaluate import Evaluator
-from .plan import MatrixNode, Node, StringNode, compile_query
+from .limits import Limits
+from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query
 from .select import prefetch
-from .values import Element, Labels, Matrix, QueryError, RangeSeries, Scalar, String, Vector
+from .timing import QueryTimes, steps
+from .values import Element, Matrix, QueryError, RangeSeries, Scalar, String, Vector
 
 MAX_POINTS_PER_SERIES = 11000
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A planned query and everything it read from the storage; ``run`` evaluates it."""
+
+    root: Node
+    at_steps: IntArray
+    instant: bool
+    evaluator: Evaluator
+
+    @property
+    def result_type(self) -> str:
+        """The API's ``resultType`` of the answer: ``vector``, ``matrix``, ``scalar`` or ``string``."""
+        return self.root.value_type if self.instant else "matrix"
+
+    def cancel(self) -> None:
+        """Make a running :meth:`run` stop at its next check (from any thread)."""
+        self.evaluator.limits.cancel()
+
+    def run(self) -> Vector | Scalar | String | Matrix:
+        """Evaluate: an instant query's value, or a range query's series sorted by labels."""
+        with np.errstate(all="ignore"):  # Go's float arithmetic raises nothing either
+            if self.instant:
+                return self._instant()
+            return self._range()
+
+    def _instant(self) -> Vector | Scalar | String | Matrix:
+        root, ev, at = self.root, self.evaluator, self.at_steps
+        if isinstance(root, StringNode):
+            return String(root.value)
+        if root.value_type == "scalar":
+            return Scalar(float(ev.scalar(root, at)[0]))
+        if isinstance(root, MatrixNode | SubqueryNode):
+            return [
+                RangeSeries(dict(labels), list(zip((t / 1000).tolist(), v.tolist(), strict=True)))
+                for labels, t, v in ev.matrix(root, int(at[0]))
+            ]
+        vec = ev.vector(root, at).ordered()
+        values = vec.values[:, 0].tolist()
+        return [
+            Element(dict(labels), value)
+            for labels, value, present in zip(
+                vec.labels, values, vec.present[:, 0].tolist(), strict=True
+            )
+            if present
+        ]
+
+    def _range(self) -> Matrix:
+        root, ev, at = self.root, self.evaluator, self.at_steps
+        seconds = (at / 1000).tolist()
+        if root.value_type == "scalar":
+            return [RangeSeries({}, list(zip(seconds, ev.scalar(root, at).tolist(), strict=True)))]
+        return _series(ev.vector(root, at), at)
+
+
+def _series(vec: Vec, at: IntArray) -> Matrix:
+    """A vector over the steps as the range query's series, sorted by labels."""
+    out = []
+    keys = [pairs_key(labels) for labels in vec.labels]
+    for row in sorted(range(len(keys)), key=keys.__getitem__):
+        index = np.flatnonzero(vec.present[row])
+        if index.size:
+            points = zip((at[index] / 1000).tolist(), vec.values[row, index].tolist(), strict=True)
+            out.append(RangeSeries(dict(vec.labels[row]), list(points)))
+    return out
+
+
+def prepare_instant(
+    query: str,
+    time: float,
+    storage: Queryable,
+    lookback: float = 300.0,
+    timeout: float | None = None,
+    max_samples: int | None = None,
+) -> Prepared:
+    """Plan ``query`` at ``time`` (Unix seconds) and read what it needs, as ``/api/v1/query``.
+
+    A top-level range selector or subquery gives its raw points as a :data:`Matrix`.
+    ``timeout`` (seconds) bounds reading and evaluating; past it, ``QueryError("timeout")``.
+    """
+    limits = Limits(timeout, max_samples)
+    root = compile_query(query)
+    ts = _to_ms(time)
+    return _prepare(root, storage, steps(ts, ts, 1), QueryTimes(ts, ts), lookback, limits, True)
+
+
+def prepare_range(
+    query: str,
+    start: float,
+    end: float,
+    step: float,
+    storage: Queryable,
+    lookback: float = 300.0,
+    timeout: float | None = None,
+    max_samples: int | None = None,
+) -> Prepared:
+    """Plan a range query and read what it needs, as ``/api/v1/query_range``.
+
+    Its steps are ``start``, ``start + step``, ... ``<= end``; a scalar result
+    is one series without labels.
+    """
+    limits = Limits(timeout, max_samples)
+    start_ms, end_ms, step_ms = _to_ms(start), _to_ms(end), _to_ms(step)
+    _check_steps(start_ms, end_ms, step_ms)
+    root = compile_query(query)
+    if root.value_type in ("matrix", "string"):
+        value_type = "range vector" if root.value_type == "matrix" else "string"
+        raise QueryError(
+            "bad_data",
+            f'invalid expression type "{value_type}" for range query, must be Scalar or instant Vector',
+        )
+    at = steps(start_ms, end_ms, step_ms)
+    times = QueryTimes(start_ms, end_ms)
+    return _prepare(root, storage, at, times, lookback, limits, False)
 
 
 def instant_query(
@@ -38,25 +165,10 @@ def instant_query(
     storage: Queryable,
     lookback: float = 300.0,
     timeout: float | None = None,
+    max_samples: int | None = None,
 ) -> Vector | Scalar | String | Matrix:
-    """Evaluate ``query`` at ``time`` (Unix seconds), as ``/api/v1/query`` does.
-
-    A top-level range selector returns its raw points as a :data:`Matrix`.
-    ``timeout`` (seconds) bounds the evaluation; past it, ``QueryError("timeout")``.
-    """
-    root = compile_query(query)
-    ts = _to_ms(time)
-    ev = _prepare(root, storage, ts, ts, lookback, timeout)
-    if root.value_type == "scalar":
-        return Scalar(ev.scalar(root, ts))
-    if isinstance(root, StringNode):
-        return String(root.value)
-    if isinstance(root, MatrixNode):
-        return [
-            RangeSeries(dict(labels), [(t / 1000, v) for t, v in zip(times, values, strict=True)])
-            for labels, times, values in ev.selection.matrix(root, ts)
-        ]
-    return [Element(dict(labels), v) for labels, v in ev.vector(root, ts)]
+    """Plan, read and evaluate an instant query (see :func:`prepare_instant`)."""
+    return prepare_instant(query, time, storage, lookback, timeout, max_samples).run()
 
 
 def range_query(
@@ -67,32 +179,13 @@ def range_query(
     storage: Queryable,
     lookback: float = 300.0,
     timeout: float | None = None,
+    max_samples: int | None = None,
 ) -> Matrix:
-    """Evaluate ``query`` at ``start``, ``start + step``, ... ``<= end``, as ``/api/v1/query_range``.
-
-    Series come sorted by labels; a scalar result is one series without labels.
-    """
-    start_ms, end_ms, step_ms = _to_ms(start), _to_ms(end), _to_ms(step)
-    _check_steps(start_ms, end_ms, step_ms)
-    root = compile_query(query)
-    if root.value_type in ("matrix", "string"):
-        value_type = "range vector" if root.value_type == "matrix" else "string"
-        raise QueryError(
-            "bad_data",
-            f'invalid expression type "{value_type}" for range query, must be Scalar or instant Vector',
-        )
-    ev = _prepare(root, storage, start_ms, end_ms, lookback, timeout)
-    steps = range(start_ms, end_ms + 1, step_ms)
-    if root.value_type == "scalar":
-        return [RangeSeries({}, [(ts / 1000, ev.scalar(root, ts)) for ts in steps])]
-    series: dict[Labels, list[tuple[float, float]]] = {}
-    for ts in steps:
-        for labels, v in ev.vector(root, ts):
-            points = series.get(labels)
-            if points is None:
-                points = series[labels] = []
-            points.append((ts / 1000, v))
-    return [RangeSeries(dict(labels), series[labels]) for labels in sorted(series)]
+    """Plan, read and evaluate a range query (see :func:`prepare_range`); series sorted by labels."""
+    prepared = prepare_range(query, start, end, step, storage, lookback, timeout, max_samples)
+    result = prepared.run()
+    assert isinstance(result, list)
+    return result  # type: ignore[return-value]
 
 
 def _check_steps(start_ms: int, end_ms: int, step_ms: int) -> None:
@@ -114,15 +207,16 @@ def _check_steps(start_ms: int, end_ms: int, step_ms: int) -> None:
 def _prepare(
     root: Node,
     storage: Queryable,
-    start_ms: int,
-    end_ms: int,
+    at: IntArray,
+    times: QueryTimes,
     lookback: float,
-    timeout: float | None,
-) -> Evaluator:
-    """Read what the query needs from ``storage``, then ready its evaluation."""
+    limits: Limits,
+    instant: bool,
+) -> Prepared:
+    """Read what the query needs from ``storage`` and ready its evaluation."""
     lookback_ms = _to_ms(lookback)
-    deadline = Deadline(timeout)
-    return Evaluator(prefetch(root, storage, start_ms, end_ms, lookback_ms, deadline), deadline)
+    selection = prefetch(root, storage, at, times, lookback_ms, limits)
+    return Prepared(root, at, instant, Evaluator(selection, times, lookback_ms, limits))
 
 
 def _to_ms(seconds: float) -> int:

@@ -1,208 +1,273 @@
-"""Range-vector functions (``rate``, ``*_over_time``...) over one series' window at one step.
+"""Range-vector functions (``rate``, ``*_over_time``...) over one block's windows at every step.
 
-Each range function takes the window's points (times in milliseconds, values;
-staleness markers already removed, at least one point) and returns the value,
-or None when Prometheus drops the element (for example ``rate`` of one point).
-The arithmetic follows Prometheus 2.x's ``promql/functions.go``.
+Each function takes a :class:`~.lookup.Window` (a block's series and each
+step's window on them) and its scalar arguments, one value per step, and
+returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
+Prometheus drops the element (an empty window, ``rate`` of one point...).
+Sums, counts, first and last points and counter corrections come from prefix
+arrays in closed form; min, max, quantiles, variances and Holt-Winters, which
+have none, from window tensors a chunk of steps at a time. The arithmetic
+follows Prometheus 2.42's ``promql/functions.go``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
-from .floats import go_div, go_sqrt, kahan_inc, quantile
+import numpy as np
+
+from .arrays import BoolArray, FloatArray
+from .floats import go_float_verb_f
+from .lookup import Window
+from .values import QueryError
+
+Result = tuple[FloatArray, BoolArray]
+RangeFn = Callable[[Window, Sequence[FloatArray]], Result]
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Where a range selection sits: evaluation time, range and offset, all milliseconds."""
-
-    ts: int
-    range_ms: int
-    offset_ms: int
-
-
-RangeFn = Callable[[Sequence[int], Sequence[float], Window, float], float | None]
-
-
-def _extrapolated_rate(
-    times: Sequence[int], values: Sequence[float], w: Window, is_counter: bool, is_rate: bool
-) -> float | None:
-    if len(values) < 2:
-        return None
-    range_start = w.ts - (w.range_ms + w.offset_ms)
-    range_end = w.ts - w.offset_ms
-    result = values[-1] - values[0]
-    if is_counter:
-        last = 0.0
-        for v in values:
-            if v < last:
-                result += last
-            last = v
-    duration_to_start = (times[0] - range_start) / 1000
-    duration_to_end = (range_end - times[-1]) / 1000
-    sampled_interval = (times[-1] - times[0]) / 1000
-    average_between = sampled_interval / (len(values) - 1)
-    if is_counter and result > 0 and values[0] >= 0:
-        duration_to_zero = sampled_interval * (values[0] / result)
-        if duration_to_zero < duration_to_start:
-            duration_to_start = duration_to_zero
-    threshold = average_between * 1.1
-    extrapolate_to = sampled_interval
-    extrapolate_to += duration_to_start if duration_to_start < threshold else average_between / 2
-    extrapolate_to += duration_to_end if duration_to_end < threshold else average_between / 2
-    result = result * go_div(extrapolate_to, sampled_interval)
-    if is_rate:
-        result = result / (w.range_ms / 1000)
-    return result
+def _extrapolated(win: Window, counter: bool, rate: bool) -> Result:
+    """``rate``, ``increase``, ``delta``: Prometheus' ``extrapolatedRate``."""
+    count = win.count
+    first, last = win.first, win.last
+    v0, v1 = win.value(first), win.value(last)
+    t0, t1 = win.time(first), win.time(last)
+    result = v1 - v0
+    if counter:
+        previous, has = win.previous_values()
+        result = result + win.pairs(np.where(has & (win.values < previous), previous, 0.0))
+    to_start = (t0 - (win.refs - win.range_ms)) / 1000
+    to_end = (win.refs - t1) / 1000
+    sampled = (t1 - t0) / 1000
+    average = sampled / np.maximum(count - 1, 1)
+    if counter:
+        to_zero = sampled * (v0 / result)
+        zero_first = (result > 0) & (v0 >= 0) & (to_zero < to_start)
+        to_start = np.where(zero_first, to_zero, to_start)
+    threshold = average * 1.1
+    extrapolate_to = sampled + np.where(to_start < threshold, to_start, average / 2)
+    extrapolate_to = extrapolate_to + np.where(to_end < threshold, to_end, average / 2)
+    factor = extrapolate_to / sampled
+    if rate:
+        factor = factor / (win.range_ms / 1000)
+    return result * factor, count >= 2
 
 
-def _rate(t: Sequence[int], v: Sequence[float], w: Window, _: float) -> float | None:
-    return _extrapolated_rate(t, v, w, True, True)
+def _instant_value(win: Window, rate: bool) -> Result:
+    """``irate``, ``idelta``: the last two points."""
+    last, previous = win.value(win.last), win.value(win.previous)
+    interval = win.time(win.last) - win.time(win.previous)
+    if rate:
+        result = np.where(last < previous, last, last - previous) / (interval / 1000)
+    else:
+        result = last - previous
+    return result, (win.count >= 2) & (interval != 0)
 
 
-def _increase(t: Sequence[int], v: Sequence[float], w: Window, _: float) -> float | None:
-    return _extrapolated_rate(t, v, w, True, False)
+def _changes(win: Window, _: Sequence[FloatArray]) -> Result:
+    previous, has = win.previous_values()
+    current = win.values
+    changed = has & (current != previous) & ~(np.isnan(current) & np.isnan(previous))
+    return win.pairs(changed.astype(np.float64)), win.count >= 1
 
 
-def _delta(t: Sequence[int], v: Sequence[float], w: Window, _: float) -> float | None:
-    return _extrapolated_rate(t, v, w, False, False)
+def _resets(win: Window, _: Sequence[FloatArray]) -> Result:
+    previous, has = win.previous_values()
+    return win.pairs((has & (win.values < previous)).astype(np.float64)), win.count >= 1
 
 
-def _irate(times: Sequence[int], values: Sequence[float], w: Window, _: float) -> float | None:
-    if len(values) < 2:
-        return None
-    last, previous = values[-1], values[-2]
-    result = last if last < previous else last - previous
-    interval = times[-1] - times[-2]
-    if interval == 0:
-        return None
-    return result / (interval / 1000)
+def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
+    """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``.
+
+    Sums come from extended-precision prefix sums with ``x`` relative to the
+    block's first time, shifted to the intercept afterwards; a window of equal
+    values has slope 0 (NaN for infinities), any other non-finite value NaN.
+    """
+    times = win.block.times
+    x = ((times - times[0]) / 1000).astype(np.float64)
+    y = win.values
+    n = win.count.astype(np.longdouble)
+    sx, sy = win.sums(np.broadcast_to(x, y.shape)), win.sums(y)
+    sxy, sxx = win.sums(x * y), win.sums(np.broadcast_to(x * x, y.shape))
+    c = ((intercept_ms - times[0]) / 1000).astype(np.longdouble)
+    lx = sx.astype(np.longdouble) - n * c
+    lxy = sxy.astype(np.longdouble) - c * sy
+    lxx = sxx.astype(np.longdouble) - 2 * c * sx + n * c * c
+    slope = (lxy - lx * sy / n) / (lxx - lx * lx / n)
+    intercept = sy / n - slope * lx / n
+    previous, has = win.previous_values()
+    constant = win.pairs((has & (y != previous)).astype(np.float64)) == 0
+    initial = win.value(win.first)
+    spoilt = win.sums((~np.isfinite(y)).astype(np.float64)) > 0
+    flat = np.where(np.isinf(initial), np.nan, 0.0)
+    slope64 = np.where(constant, flat, np.where(spoilt, np.nan, slope.astype(np.float64)))
+    at = np.where(constant, initial + flat, np.where(spoilt, np.nan, intercept.astype(np.float64)))
+    return slope64, at
 
 
-def _deriv(times: Sequence[int], values: Sequence[float], w: Window, _: float) -> float | None:
-    if len(values) < 2:
-        return None
-    # Least-squares slope, x relative to the first point (as Prometheus, to keep precision).
-    t0 = times[0]
-    n = 0.0
-    sum_x = c_x = sum_y = c_y = sum_xy = c_xy = sum_x2 = c_x2 = 0.0
-    init_y = values[0]
-    const_y = True
-    for i, (t, y) in enumerate(zip(times, values, strict=True)):
-        if const_y and i > 0 and y != init_y:
-            const_y = False
-        n += 1.0
-        x = (t - t0) / 1e3
-        sum_x, c_x = kahan_inc(x, sum_x, c_x)
-        sum_y, c_y = kahan_inc(y, sum_y, c_y)
-        sum_xy, c_xy = kahan_inc(x * y, sum_xy, c_xy)
-        sum_x2, c_x2 = kahan_inc(x * x, sum_x2, c_x2)
-    if const_y:
-        return math.nan if math.isinf(init_y) else 0.0
-    sum_x += c_x
-    sum_y += c_y
-    sum_xy += c_xy
-    sum_x2 += c_x2
-    cov_xy = sum_xy - sum_x * sum_y / n
-    var_x = sum_x2 - sum_x * sum_x / n
-    return go_div(cov_xy, var_x)
+def _deriv(win: Window, _: Sequence[FloatArray]) -> Result:
+    slope = _regression(win, win.time(win.first))[0]
+    return slope, win.count >= 2
 
 
-def _avg_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    mean = count = c = 0.0
-    for v in values:
-        count += 1
-        if math.isinf(mean):
-            if math.isinf(v) and (mean > 0) == (v > 0):
-                continue
-            if not math.isinf(v) and not math.isnan(v):
-                continue
-        mean, c = kahan_inc(v / count - mean / count, mean, c)
-    if math.isinf(mean):
-        return mean
-    return mean + c
+def _predict_linear(win: Window, args: Sequence[FloatArray]) -> Result:
+    slope, intercept = _regression(win, np.broadcast_to(win.at_steps, win.count.shape))
+    return slope * args[0] + intercept, win.count >= 2
 
 
-def _sum_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    total = c = 0.0
-    for v in values:
-        total, c = kahan_inc(v, total, c)
-    if math.isinf(total):
-        return total
-    return total + c
+def _sum_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
+    return win.sums(win.values), win.count >= 1
 
 
-def _max_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    best = values[0]
-    for v in values:
-        if v > best or math.isnan(best):
-            best = v
-    return best
+def _avg_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
+    count = win.count
+    return win.sums(win.values) / np.maximum(count, 1), count >= 1
 
 
-def _min_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    best = values[0]
-    for v in values:
-        if v < best or math.isnan(best):
-            best = v
-    return best
+def _count_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
+    count = win.count
+    return count.astype(np.float64), count >= 1
 
 
-def _count_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    return float(len(values))
+def _last_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
+    return win.value(win.last), win.count >= 1
 
 
-def _last_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    return values[-1]
+def _present_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
+    count = win.count
+    return np.ones(count.shape), count >= 1
 
 
-def _present_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    return 1.0
+def _tensor_fn(
+    reduce: Callable[[FloatArray, BoolArray, int, Sequence[FloatArray]], FloatArray],
+) -> RangeFn:
+    """A range function computed over window tensors, chunk by chunk of steps."""
+
+    def apply(win: Window, args: Sequence[FloatArray]) -> Result:
+        count = win.count
+        out = np.full(count.shape, np.nan)
+        for steps, values, mask in win.tensors():
+            chunk_args = [a[steps][None, :] for a in args]
+            out[:, steps] = reduce(values, mask, win.range_ms, chunk_args)
+        return out, count >= 1
+
+    return apply
 
 
-def _variance(values: Sequence[float]) -> float:
-    count = mean = c_mean = aux = c_aux = 0.0
-    for v in values:
-        count += 1
-        delta = v - (mean + c_mean)
-        mean, c_mean = kahan_inc(delta / count, mean, c_mean)
-        aux, c_aux = kahan_inc(delta * (v - (mean + c_mean)), aux, c_aux)
-    return (aux + c_aux) / count
+def _max(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
+    # NaN only where every value is NaN: Prometheus replaces a NaN maximum by any value.
+    found: FloatArray = np.fmax.reduce(np.where(mask, values, np.nan), axis=2)
+    return found
 
 
-def _stdvar_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    return _variance(values)
+def _min(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
+    found: FloatArray = np.fmin.reduce(np.where(mask, values, np.nan), axis=2)
+    return found
 
 
-def _stddev_over_time(t: Sequence[int], values: Sequence[float], w: Window, _: float) -> float:
-    return go_sqrt(_variance(values))
+def _variance(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
+    count = np.maximum(mask.sum(axis=2), 1)
+    mean = np.where(mask, values, 0.0).sum(axis=2) / count
+    deviation = np.where(mask, values - mean[..., None], 0.0)
+    variance: FloatArray = (deviation * deviation).sum(axis=2) / count
+    return variance
 
 
-def _quantile_over_time(t: Sequence[int], values: Sequence[float], w: Window, q: float) -> float:
-    return quantile(q, list(values))
+def _stddev(values: FloatArray, mask: BoolArray, r: int, args: Sequence[FloatArray]) -> FloatArray:
+    return np.sqrt(_variance(values, mask, r, args))
+
+
+def _quantile(
+    values: FloatArray, mask: BoolArray, _: int, args: Sequence[FloatArray]
+) -> FloatArray:
+    """Prometheus' ``quantile``: NaNs sort first, then linear interpolation between ranks."""
+    (q,) = args
+    nan = mask & np.isnan(values)
+    ordered = np.sort(np.where(mask & ~nan, values, np.inf), axis=2)
+    count = mask.sum(axis=2)
+    nans = nan.sum(axis=2)
+    rank = q * (count - 1)
+    lower = np.maximum(0, np.floor(rank))
+    upper = np.minimum(count - 1, lower + 1)
+    weight = rank - np.floor(rank)
+
+    def at(position: FloatArray) -> FloatArray:
+        index = np.clip(position.astype(np.int64) - nans, 0, values.shape[2] - 1)
+        picked = np.take_along_axis(ordered, index[..., None], axis=2)[..., 0]
+        return np.where(position < nans, np.nan, picked)
+
+    result = at(lower) * (1 - weight) + at(upper) * weight
+    result = np.where(q < 0, -np.inf, np.where(q > 1, np.inf, result))
+    return np.where(np.isnan(q), np.nan, result)
+
+
+def _holt_winters(
+    values: FloatArray, mask: BoolArray, _: int, args: Sequence[FloatArray]
+) -> FloatArray:
+    """Prometheus' double exponential smoothing, over each window's points in order."""
+    sf, tf = args
+    order = np.argsort(~mask, axis=2, kind="stable")
+    points = np.take_along_axis(values, order, axis=2)
+    count = mask.sum(axis=2)
+    s1 = points[..., 0]
+    b = points[..., min(1, points.shape[2] - 1)] - s1
+    s0 = np.zeros(s1.shape)
+    for i in range(1, points.shape[2]):
+        live = i < count
+        x = sf * points[..., i]
+        if i > 1:
+            b = np.where(live, tf * (s1 - s0) + (1 - tf) * b, b)
+        y = (1 - sf) * (s1 + b)
+        s0, s1 = np.where(live, s1, s0), np.where(live, x + y, s1)
+    return np.where(count >= 2, s1, np.nan)
+
+
+def _holt_winters_present(win: Window, args: Sequence[FloatArray]) -> Result:
+    values, _ = _tensor_fn(_holt_winters)(win, args)
+    return values, win.count >= 2
+
+
+def check_smoothing(count: np.ndarray, sf: FloatArray, tf: FloatArray) -> None:
+    """holt_winters' argument checks, made where Prometheus makes them: at the first series and
+    step (series in selection order) whose window has points."""
+    bad = ~((sf > 0) & (sf < 1)) & ~np.isnan(sf) | ~((tf > 0) & (tf < 1)) & ~np.isnan(tf)
+    cells = (count >= 1) & bad[None, :]
+    if not cells.any():
+        return
+    row = int(np.flatnonzero(cells.any(axis=1))[0])
+    step = int(np.flatnonzero(cells[row])[0])
+    if not (0 < sf[step] < 1) and not np.isnan(sf[step]):
+        message = (
+            f"invalid smoothing factor. Expected: 0 < sf < 1, got: {go_float_verb_f(sf[step])}"
+        )
+    else:
+        message = f"invalid trend factor. Expected: 0 < tf < 1, got: {go_float_verb_f(tf[step])}"
+    raise QueryError("execution", message)
 
 
 RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
     {
-        "rate": _rate,
-        "increase": _increase,
-        "delta": _delta,
-        "irate": _irate,
+        "rate": lambda w, _: _extrapolated(w, True, True),
+        "increase": lambda w, _: _extrapolated(w, True, False),
+        "delta": lambda w, _: _extrapolated(w, False, False),
+        "irate": lambda w, _: _instant_value(w, True),
+        "idelta": lambda w, _: _instant_value(w, False),
+        "changes": _changes,
+        "resets": _resets,
         "deriv": _deriv,
+        "predict_linear": _predict_linear,
+        "holt_winters": _holt_winters_present,
         "avg_over_time": _avg_over_time,
         "sum_over_time": _sum_over_time,
-        "max_over_time": _max_over_time,
-        "min_over_time": _min_over_time,
         "count_over_time": _count_over_time,
         "last_over_time": _last_over_time,
         "present_over_time": _present_over_time,
-        "stdvar_over_time": _stdvar_over_time,
-        "stddev_over_time": _stddev_over_time,
-        "quantile_over_time": _quantile_over_time,
+        "max_over_time": _tensor_fn(_max),
+        "min_over_time": _tensor_fn(_min),
+        "stdvar_over_time": _tensor_fn(_variance),
+        "stddev_over_time": _tensor_fn(_stddev),
+        "quantile_over_time": _tensor_fn(_quantile),
     }
 )
-"""The range-vector functions by name (the plan accepts exactly these)."""
+"""The range-vector functions by name (``absent_over_time`` is the evaluator's: it looks across
+series)."""

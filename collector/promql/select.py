@@ -1,104 +1,161 @@
-"""Selecting series: each selector read once a query from the storage, then found at each step.
+"""Selecting series: each selector read once a query from the storage, into the evaluator's blocks.
 
-An instant selector at ``t`` takes each series' newest point in
-``[t - lookback, t]`` unless that point is a staleness marker; a range selector
-``x[r]`` at ``t`` takes the points in ``[t - r, t]`` without staleness markers;
-``offset`` shifts both. Every selector is read once, over the window the whole
-query needs; each step then finds its points by bisection, so a range query
-never costs steps x storage reads. Times are whole milliseconds, as in Prometheus.
+Every selector is read once, over the window the whole query needs (all its
+steps, subqueries' steps included, less offsets, back by the lookback or the
+range), before anything is evaluated: this is the only part of a query that
+touches the storage, so a caller can run it where the storage is safe to read
+(the event loop) and evaluate the copies elsewhere. Identical reads are shared.
+Groups with the same time axis are joined into one :class:`~.arrays.Block`,
+so later work is per block, not per storage group.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from collector.tsdb.series import Matcher, Queryable, is_stale
+import numpy as np
 
-from .deadline import Deadline
-from .plan import MatrixNode, Node, SelectorNode, selectors
-from .values import Labels, StepMatrix, TimedVector, labels_of
+from collector.tsdb.series import (
+    Columns,
+    LabelSet,
+    Matcher,
+    Queryable,
+    absent_mask,
+    label_pairs,
+    pairs_key,
+    stale_mask,
+)
+
+from .arrays import Block, BoolArray, FloatArray, IntArray
+from .limits import Limits
+from .plan import MatrixNode, Node, SelectorNode, SubqueryNode, children
+from .timing import QueryTimes, refs, subquery_steps
+from .values import Labels
 
 
-@dataclass(slots=True)
-class _Series:
-    labels: Labels
-    times: list[int]
-    values: list[float]
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """What one selector read: its blocks, and its series' order by labels across them."""
+
+    blocks: list[Block]
+    order: IntArray
+    """Row indexes into the blocks' rows laid end to end, sorted by label set (storage order)."""
 
 
 class Selection:
-    """The series every selector of one query read, and their points at any step."""
+    """The series every selector of one query read."""
 
-    def __init__(self, data: dict[int, list[_Series]], lookback_ms: int) -> None:
+    def __init__(self, data: dict[int, Selected]) -> None:
         self._data = data
-        self._lookback_ms = lookback_ms
 
-    def instant(self, node: SelectorNode, ts: int) -> TimedVector:
-        """The instant selector at ``ts``: each series' newest live point within the lookback."""
-        ref = ts - node.offset_ms
-        oldest = ref - self._lookback_ms
-        out: TimedVector = []
-        for s in self._data[id(node)]:
-            i = bisect_right(s.times, ref) - 1
-            if i >= 0 and s.times[i] >= oldest:
-                v = s.values[i]
-                if v != v and is_stale(v):
-                    continue
-                out.append((s.labels, s.times[i], v))
-        return out
-
-    def matrix(self, node: MatrixNode, ts: int) -> StepMatrix:
-        """The raw points of a range selector at ``ts`` (series without points left out)."""
-        ref = ts - node.selector.offset_ms
-        lo = ref - node.range_ms
-        out: StepMatrix = []
-        for s in self._data[id(node.selector)]:
-            i0 = bisect_left(s.times, lo)
-            i1 = bisect_right(s.times, ref)
-            if i1 > i0:
-                out.append((s.labels, s.times[i0:i1], s.values[i0:i1]))
-        return out
+    def of(self, node: SelectorNode) -> Selected:
+        """What ``node`` read."""
+        return self._data[id(node)]
 
 
 def prefetch(
     root: Node,
     storage: Queryable,
-    start_ms: int,
-    end_ms: int,
+    at_steps: IntArray,
+    times: QueryTimes,
     lookback_ms: int,
-    deadline: Deadline,
+    limits: Limits,
 ) -> Selection:
-    """Read every selector of ``root`` once, for steps from ``start_ms`` to ``end_ms``."""
-    reads: dict[tuple[tuple[Matcher, ...], int, int, bool], list[_Series]] = {}
-    data: dict[int, list[_Series]] = {}
-    for sel, range_ms in selectors(root):
-        width = range_ms if range_ms else lookback_ms
-        lo = start_ms - sel.offset_ms - width
-        hi = end_ms - sel.offset_ms
-        key = (sel.matchers, lo, hi, bool(range_ms))
-        series = reads.get(key)
-        if series is None:
-            series = reads[key] = _read(storage, sel, lo, hi, bool(range_ms))
-            deadline.check()
-        data[id(sel)] = series
-    return Selection(data, lookback_ms)
+    """Read every selector of ``root`` once, for evaluation at ``at_steps``."""
+    reads: dict[tuple[tuple[Matcher, ...], int, int], Selected] = {}
+    data: dict[int, Selected] = {}
+    for sel, lo, hi in _windows(root, at_steps, times, lookback_ms):
+        key = (sel.matchers, lo, hi)
+        selected = reads.get(key)
+        if selected is None:
+            # A millisecond wider either side; the exact bounds are applied per step.
+            found = storage.select(list(sel.matchers), (lo - 1) / 1000, (hi + 1) / 1000)
+            selected = reads[key] = _selected(found, lo, hi)
+            limits.charge(sum(b.values.size for b in selected.blocks))
+        data[id(sel)] = selected
+    for sel in _selectors(root):  # selectors evaluated at no step at all read nothing
+        data.setdefault(id(sel), Selected([], np.zeros(0, dtype=np.int64)))
+    return Selection(data)
 
 
-def _read(
-    storage: Queryable, sel: SelectorNode, lo: int, hi: int, for_range: bool
-) -> list[_Series]:
-    # Read a millisecond wider either side; the exact bounds are applied per step.
-    found = storage.select(list(sel.matchers), (lo - 1) / 1000, (hi + 1) / 1000)
-    series: list[_Series] = []
-    for sd in found:
-        times = [round(t * 1000) for t in sd.times]
-        values = list(sd.values)
-        if for_range:  # range selections never see staleness markers
-            keep = [i for i, v in enumerate(values) if not (v != v and is_stale(v))]
-            if len(keep) != len(values):
-                times = [times[i] for i in keep]
-                values = [values[i] for i in keep]
-        series.append(_Series(labels_of(dict(sd.labels)), times, values))
-    series.sort(key=lambda s: s.labels)
-    return series
+def _windows(
+    node: Node, at_steps: IntArray, times: QueryTimes, lookback_ms: int
+) -> Iterator[tuple[SelectorNode, int, int]]:
+    """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads.
+
+    These are Prometheus' select hints, and like Prometheus' storage a read
+    holds nothing outside them: an ``@`` time under ``predict_linear``, whose
+    windows slide with the steps (:func:`~.timing.ref_mode`), sees only the
+    points of its window at the first step.
+    """
+    if not at_steps.size:
+        return
+    if isinstance(node, SelectorNode | MatrixNode):
+        sel = node if isinstance(node, SelectorNode) else node.selector
+        width = node.range_ms if isinstance(node, MatrixNode) else lookback_ms
+        at = refs(sel, at_steps, times)
+        yield sel, int(at.min()) - width, int(at.max())
+    elif isinstance(node, SubqueryNode):
+        yield from _windows(node.expr, subquery_steps(node, at_steps, times), times, lookback_ms)
+    else:
+        for child in children(node):
+            yield from _windows(child, at_steps, times, lookback_ms)
+
+
+def _selectors(node: Node) -> Iterator[SelectorNode]:
+    if isinstance(node, SelectorNode):
+        yield node
+    for child in children(node):
+        yield from _selectors(child)
+
+
+def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
+    """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
+    series' label order."""
+    axes: dict[bytes, _Axis] = {}
+    for columns in found:
+        times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
+        values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
+        a, b = np.searchsorted(times, [lo, hi + 1])
+        if a < b:
+            times = times[a:b]
+            axis = axes.setdefault(times.tobytes(), _Axis(times))
+            axis.add(columns.labels, values[:, a:b])
+    blocks = [axis.block() for axis in axes.values()]
+    every = [key for axis in axes.values() for key in axis.keys]
+    order = np.array(sorted(range(len(every)), key=every.__getitem__), dtype=np.int64)
+    return Selected(blocks, order)
+
+
+@dataclass(slots=True)
+class _Axis:
+    """The series read on one time axis, gathered into one block."""
+
+    times: IntArray
+    labels: list[Labels] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    maps: list[LabelSet] | None = field(default_factory=list)
+    rows: list[FloatArray] = field(default_factory=list)
+
+    def add(self, labels: Sequence[Mapping[str, str]], values: FloatArray) -> None:
+        """One storage group's series."""
+        self.rows.append(values)
+        if set(map(type, labels)) == {LabelSet}:  # the storage's own sorted forms
+            sets: Sequence[LabelSet] = labels  # type: ignore[assignment]
+            self.labels.extend([m.pairs for m in sets])
+            self.keys.extend([m.key for m in sets])
+            if self.maps is not None:
+                self.maps.extend(sets)
+            return
+        pairs = [label_pairs(m) for m in labels]
+        self.labels.extend(pairs)
+        self.keys.extend([pairs_key(p) for p in pairs])
+        self.maps = None  # a plain mapping may change under us: not kept
+
+    def block(self) -> Block:
+        """The block of every series added."""
+        rows = self.rows
+        values = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0])
+        present: BoolArray = ~absent_mask(values)
+        return Block(self.times, self.labels, values, present, stale_mask(values), self.maps)

@@ -1,4 +1,4 @@
-"""The values a query handles: label sets, one step's vectors, the results, the query error."""
+"""The values a query hands back (vectors, scalars, strings, matrices), label sets, the query error."""
 
 from __future__ import annotations
 
@@ -8,24 +8,17 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-ErrorType = Literal["bad_data", "execution", "timeout"]
+from collector.tsdb.series import Pairs
 
-Labels = tuple[tuple[str, str], ...]
+ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
+
+Labels = Pairs
 """A label set inside the evaluator: ``(name, value)`` pairs sorted by name, hashable."""
 
 METRIC_NAME = "__name__"
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 """What a valid label name looks like."""
-
-StepVector = list[tuple[Labels, float]]
-"""An instant vector inside the evaluator, at one step: each element's labels and value."""
-
-TimedVector = list[tuple[Labels, int, float]]
-"""A selector's instant vector at one step with each sample's own timestamp (milliseconds)."""
-
-StepMatrix = list[tuple[Labels, list[int], list[float]]]
-"""A range vector at one step: each series' labels, times (milliseconds) and values."""
 
 
 @dataclass(slots=True)
@@ -78,11 +71,6 @@ def unsupported(feature: str) -> QueryError:
     return QueryError("execution", f"unsupported: {feature}")
 
 
-def labels_of(mapping: dict[str, str]) -> Labels:
-    """The evaluator's form of a label set (empty values are absent labels, as in Prometheus)."""
-    return tuple(sorted((k, v) for k, v in mapping.items() if v != ""))
-
-
 def labels_str(labels: Labels) -> str:
     """Go's ``labels.Labels.String()``: ``{a="b", c="d"}``."""
     return "{" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in labels) + "}"
@@ -96,8 +84,17 @@ def drop_name(labels: Labels) -> Labels:
     return labels
 
 
+def grouping_keys(rows: list[Labels], names: Collection[str], keep: bool) -> list[Labels]:
+    """:func:`grouping_labels` of every row (one comprehension: this is per series work)."""
+    if keep:
+        return [tuple([p for p in labels if p[0] in names]) for labels in rows]
+    return [
+        tuple([p for p in labels if p[0] not in names and p[0] != METRIC_NAME]) for labels in rows
+    ]
+
+
 def grouping_labels(labels: Labels, names: Collection[str], keep: bool) -> Labels:
     """The labels in ``names`` (``keep``: ``by``, ``on``), or all but those and ``__name__``."""
     if keep:
-        return tuple(p for p in labels if p[0] in names)
-    return tuple(p for p in labels if p[0] not in names and p[0] != METRIC_NAME)
+        return tuple([p for p in labels if p[0] in names])
+    return tuple([p for p in labels if p[0] not in names and p[0] != METRIC_NAME])

@@ -18,13 +18,34 @@ passed (oldest first, across all nodes).
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from collector.exposition.render import key_labels, key_name
-from collector.tsdb.series import STALE, Matcher, SeriesData, is_stale
+from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher, is_stale
+
+_ABSENT_BYTES = struct.pack("<d", ABSENT)
+
+
+def _columns(node: _Node, found: list[tuple[_Line, int, int]]) -> Columns:
+    """One node's matching lines as a group: its times ``[lo, hi)``, rows padded with ABSENT."""
+    lo = min([a for _, a, _ in found])
+    hi = max([b for _, _, b in found])
+    rows: list[bytes | memoryview] = []
+    for line, a, b in found:  # one bytes join of views: a single copy
+        if a > lo:
+            rows.append(_ABSENT_BYTES * (a - lo))
+        rows.append(memoryview(line.values)[a - line.start : b - line.start])
+        if b < hi:
+            rows.append(_ABSENT_BYTES * (hi - b))
+    values = np.frombuffer(b"".join(rows), dtype=np.float64).reshape(len(found), hi - lo)
+    times = np.frombuffer(node.times[lo:hi], dtype=np.float64)
+    return Columns(times, [line.labels for line, _, _ in found], values)
 
 
 @dataclass(slots=True)
@@ -39,7 +60,7 @@ class _Line:
     node: str
     start: int
     values: array[float] = field(default_factory=lambda: array("d"))
-    parsed: dict[str, str] | None = None
+    parsed: LabelSet | None = None
 
     @property
     def end(self) -> int:
@@ -49,7 +70,7 @@ class _Line:
     def labels(self) -> dict[str, str]:
         if self.parsed is None:
             name, labels = key_labels(self.key)
-            self.parsed = {"__name__": name, **dict(labels), "node": self.node}
+            self.parsed = LabelSet({"__name__": name, **dict(labels), "node": self.node})
         return self.parsed
 
 
@@ -131,12 +152,22 @@ class History:
                 return
             cutoff += self.retention / 20
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
-        """Every series matching all ``matchers`` with its points in ``[start, end]``."""
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
+        """Every series matching all ``matchers`` with its points in ``[start, end]``.
+
+        One group per node: the node's times in the window, a row per series
+        (ABSENT where a series has no point). The arrays are copies.
+        """
+        node: _Node | None = None
+        found: list[tuple[_Line, int, int]] = []
         for state, line, a, b in self._matching(matchers, start, end):
-            yield SeriesData(
-                line.labels, state.times[a:b], line.values[a - line.start : b - line.start]
-            )
+            if state is not node:  # _matching goes node by node
+                if node is not None:
+                    yield _columns(node, found)
+                node, found = state, []
+            found.append((line, a, b))
+        if node is not None:
+            yield _columns(node, found)
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""

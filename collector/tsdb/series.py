@@ -1,7 +1,15 @@
-"""What the history offers its readers: series with their points, selected by label matchers.
+"""What the history offers its readers: groups of series on a shared time axis, selected by matchers.
 
 :class:`~collector.tsdb.history.History` implements :class:`Queryable`; tests
 use small in-memory ones. Times are Unix seconds (floats).
+
+Why columns: the query engine (:mod:`collector.promql`) evaluates whole arrays,
+so the storage hands it arrays, one :class:`Columns` per group of series that
+share their sample times (a node's series are recorded together). A series that
+has no point at one of its group's times holds :data:`ABSENT` there; a
+staleness marker is :data:`STALE`. Both are NaNs with their own bit patterns,
+told apart from each other and from a NaN reading by :func:`absent_mask` and
+:func:`stale_mask`.
 """
 
 from __future__ import annotations
@@ -13,15 +21,79 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+import numpy as np
+import numpy.typing as npt
+
+_STALE_BITS = 0x7FF0000000000002
+_ABSENT_BITS = 0x7FF800000000AB5E
+
+
+def _from_bits(bits: int) -> float:
+    value: float = struct.unpack("<d", struct.pack("<Q", bits))[0]
+    return value
+
+
+STALE = _from_bits(_STALE_BITS)
 """Prometheus' staleness marker: a NaN with its own bit pattern, meaning "the series ended here"."""
 
-_STALE_BITS = struct.pack("<d", STALE)
+ABSENT = _from_bits(_ABSENT_BITS)
+"""No point of this series at this time of its group: a quiet NaN whose payload nothing else uses
+(not numpy's or Go's NaN, not :data:`STALE`)."""
 
 
 def is_stale(value: float) -> bool:
     """Whether ``value`` is the staleness marker (and not an ordinary NaN)."""
-    return math.isnan(value) and struct.pack("<d", value) == _STALE_BITS
+    return math.isnan(value) and struct.pack("<d", value) == struct.pack("<Q", _STALE_BITS)
+
+
+def stale_mask(values: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Where ``values`` holds the staleness marker (compared bit for bit)."""
+    found: npt.NDArray[np.bool_] = values.view(np.uint64) == np.uint64(_STALE_BITS)
+    return found
+
+
+def absent_mask(values: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Where ``values`` holds :data:`ABSENT` (compared bit for bit)."""
+    found: npt.NDArray[np.bool_] = values.view(np.uint64) == np.uint64(_ABSENT_BITS)
+    return found
+
+
+Pairs = tuple[tuple[str, str], ...]
+"""A label set as sorted ``(name, value)`` pairs, empty values left out: the query engine's form."""
+
+
+def label_pairs(labels: Mapping[str, str]) -> Pairs:
+    """``labels`` as :data:`Pairs` (an empty value is an absent label, as in Prometheus)."""
+    pairs = sorted(labels.items())
+    if "" in labels.values():
+        pairs = [p for p in pairs if p[1]]
+    return tuple(pairs)
+
+
+def pairs_key(pairs: Pairs) -> str:
+    """A string that sorts as ``pairs`` do (pair by pair), and sorts much faster.
+
+    Names and values are joined with NUL, which sorts before every other
+    character, so a shorter name or value sorts first, as in the tuple.
+    """
+    return "\0".join([text for pair in pairs for text in pair])
+
+
+class LabelSet(dict[str, str]):
+    """A series' labels as a storage keeps them: a plain dict that also holds its sorted forms.
+
+    ``pairs`` and ``key`` are :func:`label_pairs` and :func:`pairs_key` of it,
+    computed once: a storage that hands out the same LabelSet for a series at
+    every select spares each query deriving them again (a few microseconds a
+    series, most of a query's cost at cluster scale). Never modified once made.
+    """
+
+    __slots__ = ("key", "pairs")
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        super().__init__(labels)
+        self.pairs = label_pairs(self)
+        self.key = pairs_key(self.pairs)
 
 
 Op = Literal["=", "!=", "=~", "!~"]
@@ -55,23 +127,28 @@ class Matcher:
 
 
 @dataclass(frozen=True, slots=True)
-class SeriesData:
-    """One series and its points in the asked window, oldest first.
+class Columns:
+    """One group of series sharing a time axis in the asked window.
 
-    ``labels`` includes ``__name__``. A value that :func:`is_stale` says the
-    series had ended at that time (it vanished from its source).
+    ``times`` are float64 Unix seconds, ascending, shape ``(t,)``; ``labels``
+    holds one label set per series (``__name__`` and ``node`` included),
+    ``n`` of them, best as :class:`LabelSet`; ``values`` has shape ``(n, t)``: row ``i`` is series ``i``,
+    with :data:`ABSENT` where it has no point at that time and :data:`STALE`
+    where it had ended (vanished from its source). Each series appears in
+    exactly one group of a selection. The arrays belong to the reader: the
+    storage hands out copies, never views of what it goes on writing.
     """
 
-    labels: Mapping[str, str]
-    times: Sequence[float]
-    values: Sequence[float]
+    times: npt.NDArray[np.float64]
+    labels: Sequence[Mapping[str, str]]
+    values: npt.NDArray[np.float64]
 
 
 class Queryable(Protocol):
     """Series storage as the evaluator sees it."""
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
-        """Every series matching all ``matchers``, with its points in ``[start, end]``."""
+    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
+        """Every series matching all ``matchers`` with points in ``[start, end]``, in groups."""
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""

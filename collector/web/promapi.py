@@ -4,10 +4,16 @@ One envelope for every answer (``{"status": "success", "data": ...}`` or
 ``{"status": "error", "errorType": ..., "error": ...}``) with Prometheus' status
 codes: 400 bad_data, 422 execution, 503 timeout, 404 not_found. Every query
 reads the history, which the store feeds on each change.
+
+A PromQL query is planned and reads the history on the event loop (one
+consistent view, never read while the loop changes it), then is evaluated on
+copies in a worker thread, so ``/metrics`` and pushes are served meanwhile. At
+most ``max_concurrency`` queries run at once; the rest wait, within their timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
@@ -23,14 +29,22 @@ from multidict import MultiDict
 from collector import __version__, schema
 from collector.promql.floats import format_float
 from collector.promql.plan import selector_matchers
-from collector.promql.query import instant_query, range_query
-from collector.promql.values import Matrix, QueryError, RangeSeries, Scalar, String, Vector
+from collector.promql.query import Prepared, prepare_instant, prepare_range
+from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
+from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
 
 PREFIX = "/prometheus/api/v1"
-_STATUS = {"bad_data": 400, "execution": 422, "timeout": 503, "not_found": 404, "internal": 500}
+_STATUS = {
+    "bad_data": 400,
+    "execution": 422,
+    "timeout": 503,
+    "canceled": 503,
+    "not_found": 404,
+    "internal": 500,
+}
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 log = logging.getLogger(__name__)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -70,12 +84,32 @@ class PrometheusAPI:
     """Handlers of the Prometheus-compatible endpoints."""
 
     def __init__(
-        self, store: Store, lookback: float = 300.0, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        lookback: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 120.0,
+        max_samples: int = 50_000_000,
+        max_concurrency: int = 4,
     ) -> None:
         self._store = store
         self._history: History = store.history
         self._lookback = lookback
         self._clock = clock
+        self._timeout = timeout
+        self._max_samples = max_samples
+        self._slots = asyncio.Semaphore(max_concurrency)
+
+    @classmethod
+    def from_settings(cls, store: Store, settings: CollectorSettings) -> PrometheusAPI:
+        """The API with the collector's lookback and query limits."""
+        return cls(
+            store,
+            settings.lookback,
+            timeout=settings.query_timeout,
+            max_samples=settings.query_max_samples,
+            max_concurrency=settings.query_max_concurrency,
+        )
 
     def routes(self) -> list[web.RouteDef]:
         """Every endpoint, with GET and (form) POST where Prometheus has both."""
@@ -96,16 +130,17 @@ class PrometheusAPI:
         return out
 
     async def query(self, params: _Params) -> Any:
-        """An instant query.
-
-        Queries run on the event loop: they read one consistent history, and
-        the slowest (a long range over every node) holds the loop for its length.
-        """
+        """An instant query."""
         at = parse_time(params.one("time"), "time") if params.has("time") else self._clock()
         query = params.required("query")
-        return _result(
-            instant_query(query, at, self._history, self._lookback, _timeout(params)), at
-        )
+        timeout = self._query_timeout(params)
+
+        def prepare(remaining: float) -> Prepared:
+            return prepare_instant(
+                query, at, self._history, self._lookback, remaining, self._max_samples
+            )
+
+        return await self._evaluate(prepare, timeout, lambda p, r: _result(p.result_type, r, at))
 
     async def query_range(self, params: _Params) -> Any:
         """A range query; Prometheus' limit of 11,000 points per series applies."""
@@ -113,10 +148,55 @@ class PrometheusAPI:
         end = parse_time(params.required("end"), "end")
         step = parse_duration(params.required("step"), "step")
         query = params.required("query")
-        matrix = range_query(
-            query, start, end, step, self._history, self._lookback, _timeout(params)
-        )
-        return {"resultType": "matrix", "result": _matrix(matrix)}
+        timeout = self._query_timeout(params)
+
+        def prepare(remaining: float) -> Prepared:
+            return prepare_range(
+                query, start, end, step, self._history, self._lookback, remaining, self._max_samples
+            )
+
+        return await self._evaluate(prepare, timeout, lambda _, r: _matrix_data(r))
+
+    def _query_timeout(self, params: _Params) -> float:
+        """The configured timeout, lowered by the request's ``timeout`` parameter."""
+        if not params.has("timeout"):
+            return self._timeout
+        return min(self._timeout, parse_duration(params.one("timeout"), "timeout"))
+
+    async def _evaluate(
+        self,
+        prepare: Callable[[float], Prepared],
+        allowed: float,
+        shape: Callable[[Prepared, Vector | Scalar | String | Matrix], Any],
+    ) -> Any:
+        """Wait for a slot, read on the loop, evaluate and shape the answer in a worker thread.
+
+        The slot is held until the thread is done, even if the client goes
+        away (the query is then canceled at its next check).
+        """
+        began = time.monotonic()
+        try:
+            await asyncio.wait_for(self._slots.acquire(), allowed)
+        except TimeoutError:
+            raise QueryError("timeout", "query timed out in query queue") from None
+        try:
+            prepared = prepare(max(0.0, allowed - (time.monotonic() - began)))
+        except BaseException:
+            self._slots.release()
+            raise
+        work = asyncio.ensure_future(asyncio.to_thread(lambda: shape(prepared, prepared.run())))
+        work.add_done_callback(self._finished)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            prepared.cancel()
+            raise
+
+    def _finished(self, work: asyncio.Future[Any]) -> None:
+        """A query's thread is done: free its slot (its outcome went to the request, if any)."""
+        self._slots.release()
+        if not work.cancelled():
+            work.exception()  # retrieved here too, for a request that went away
 
     async def series(self, params: _Params) -> Any:
         """The label sets of the series that match any ``match[]`` in the window."""
@@ -126,8 +206,9 @@ class PrometheusAPI:
         start, end = self._window(params)
         found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         for matchers in _selectors(selectors):
-            for series in self._history.select(matchers, start, end):
-                found.setdefault(tuple(sorted(series.labels.items())), dict(series.labels))
+            for group in self._history.select(matchers, start, end):
+                for labels in group.labels:
+                    found.setdefault(tuple(sorted(labels.items())), dict(labels))
         return _limited(list(found.values()), params)
 
     async def labels(self, params: _Params) -> Any:
@@ -248,10 +329,6 @@ def _selectors(texts: Sequence[str]) -> list[tuple[Matcher, ...]]:
     return out
 
 
-def _timeout(params: _Params) -> float | None:
-    return parse_duration(params.one("timeout"), "timeout") if params.has("timeout") else None
-
-
 def _positive(text: str, name: str) -> int:
     try:
         value = int(text)
@@ -270,19 +347,24 @@ def _limited(items: list[Any], params: _Params) -> list[Any]:
     return items
 
 
-def _result(result: Vector | Scalar | String | Matrix, at: float) -> dict[str, Any]:
+def _result(
+    result_type: str, result: Vector | Scalar | String | Matrix, at: float
+) -> dict[str, Any]:
+    """An instant query's ``data``; a range selector's result is a matrix even when empty."""
     if isinstance(result, Scalar):
         return {"resultType": "scalar", "result": [at, format_float(result.value)]}
     if isinstance(result, String):
         return {"resultType": "string", "result": [at, result.value]}
-    if result and isinstance(result[0], RangeSeries):
-        return {"resultType": "matrix", "result": _matrix(result)}
+    if result_type == "matrix":
+        return _matrix_data(result)
     vector: Vector = result  # type: ignore[assignment]
     samples = [{"metric": s.labels, "value": [at, format_float(s.value)]} for s in vector]
     return {"resultType": "vector", "result": samples}
 
 
-def _matrix(matrix: Matrix) -> list[dict[str, Any]]:
-    return [
+def _matrix_data(result: Vector | Scalar | String | Matrix) -> dict[str, Any]:
+    matrix: Matrix = result  # type: ignore[assignment]
+    series = [
         {"metric": s.labels, "values": [[t, format_float(v)] for t, v in s.points]} for s in matrix
     ]
+    return {"resultType": "matrix", "result": series}

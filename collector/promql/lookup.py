@@ -1,0 +1,257 @@
+"""Finding a selector's points at every step: the instant lookback and the range windows.
+
+An instant selector at reference time ``r`` takes each series' newest point in
+``[r - lookback, r]`` unless that point is a staleness marker; a range
+selection at ``r`` takes the points in ``[r - range, r]`` without staleness
+markers (Prometheus 2.x: both ends included). For a block of series on one
+time axis, one ``searchsorted`` of the reference times gives each step's
+index bounds, shared by all series; what differs per series (where its points
+are) comes from forward- and backward-filled "last point" indices and prefix
+counts along time, gathered for all steps at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cached_property
+
+import numpy as np
+
+from collector.tsdb.series import LabelSet, stale_mask
+
+from .arrays import Block, BoolArray, FloatArray, IntArray, Vec
+from .select import Selected
+
+TENSOR_CELLS = 1 << 22
+"""Most values one window tensor holds (series x steps x points), 32 MiB of float64."""
+
+
+def instant(
+    selected: Selected, at: IntArray, lookback_ms: int, with_times: bool = False
+) -> tuple[Vec, IntArray | None]:
+    """The selector at reference times ``at``: the vector, and (``with_times``) each element's
+    sample time (ms)."""
+    parts = [_instant_block(b, at, lookback_ms, with_times) for b in selected.blocks]
+    if not parts:
+        return Vec.empty(at.size), np.zeros((0, at.size), dtype=np.int64) if with_times else None
+    values = _joined([p[0] for p in parts])
+    present = _joined([p[1] for p in parts])
+    times = _joined([p[2] for p in parts]) if with_times else None  # type: ignore[misc]
+    every = [labels for b in selected.blocks for labels in b.labels]
+    maps = maps_of(selected.blocks)
+    return Vec(every, values, present, rank_of(selected.order), maps), times
+
+
+def maps_of(blocks: list[Block]) -> list[LabelSet] | None:
+    """The storage's label sets of the blocks' rows, if every block has them."""
+    if any(b.maps is None for b in blocks):
+        return None
+    return [m for b in blocks if b.maps is not None for m in b.maps]
+
+
+def rank_of(order: IntArray) -> IntArray:
+    """Each row's place in ``order`` (the inverse permutation)."""
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size, dtype=np.int64)
+    return rank
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The blocks' rows laid end to end."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _instant_block(
+    block: Block, at: IntArray, lookback_ms: int, with_times: bool
+) -> tuple[FloatArray, BoolArray, IntArray | None]:
+    """One block at each reference time: values, where found, and sample times if asked."""
+    times = block.times
+    pos = np.searchsorted(times, at, side="right") - 1
+    oldest = np.searchsorted(times, at - lookback_ms, side="left")
+    rows, width = block.values.shape
+    index = _newest_at(block.present, pos)
+    found = (index >= oldest[None, :]) & (pos >= 0)[None, :]
+    index = np.maximum(index, 0)
+    values = block.values.ravel().take(index + (np.arange(rows) * width)[:, None])
+    found &= ~stale_mask(values)  # the newest point is a staleness marker: no value
+    return values, found, times[index] if with_times else None
+
+
+def _newest_at(points: BoolArray, pos: IntArray) -> IntArray:
+    """For each row and step, the index of the newest point at or before ``pos`` (-1 if none).
+
+    Rows whose points are one unbroken run (a storage's usual rows: a series
+    from its first point to its last) need no pass along time: the answer is
+    ``pos`` clipped to the run.
+    """
+    rows, width = points.shape
+    if points.all():
+        return np.broadcast_to(pos, (rows, pos.size))
+    first = points.argmax(axis=1)
+    last = width - 1 - points[:, ::-1].argmax(axis=1)
+    count = points.sum(axis=1)
+    if not np.array_equal(np.where(count > 0, last - first + 1, 0), count):
+        return _last_point(points)[:, np.maximum(pos, 0)]
+    last = np.where(count > 0, last, -1)
+    newest: IntArray = np.where(
+        pos[None, :] >= first[:, None], np.minimum(pos[None, :], last[:, None]), -1
+    )
+    return newest
+
+
+def _last_point(points: BoolArray) -> IntArray:
+    """For each position, the index of the newest point at or before it (-1 if none)."""
+    ramp = np.arange(points.shape[1], dtype=np.int64)
+    filled: IntArray = np.maximum.accumulate(np.where(points, ramp, -1), axis=1)
+    return filled
+
+
+def _next_point(points: BoolArray) -> IntArray:
+    """For each position, the index of the oldest point at or after it (width if none)."""
+    width = points.shape[1]
+    ramp = np.arange(width, dtype=np.int64)
+    marked = np.where(points, ramp, width)[:, ::-1]
+    filled: IntArray = np.minimum.accumulate(marked, axis=1)[:, ::-1]
+    return filled
+
+
+def _total(term: FloatArray, lo: IntArray, hi: IntArray) -> FloatArray:
+    """Sums of ``term[:, lo:hi]`` per row and step, as IEEE addition in any order would give them.
+
+    Prefix sums in extended precision keep a difference of two long prefixes
+    exact enough; infinities and NaNs are counted apart, so one of them only
+    spoils the windows that hold it: any NaN or both infinities give NaN, one
+    kind of infinity gives it.
+    """
+    rows = term.shape[0]
+    starts = np.broadcast_to(lo, (rows, lo.shape[-1]))
+    ends = np.broadcast_to(hi, (rows, hi.shape[-1]))
+    finite = np.isfinite(term)
+    if finite.all():
+        return _span(term, starts, ends)
+    total = _span(np.where(finite, term, 0.0), starts, ends)
+    nan = _span(np.isnan(term).astype(np.float64), starts, ends) > 0
+    up = _span((term == np.inf).astype(np.float64), starts, ends) > 0
+    down = _span((term == -np.inf).astype(np.float64), starts, ends) > 0
+    total = np.where(up, np.inf, np.where(down, -np.inf, total))
+    return np.where(nan | (up & down), np.nan, total)
+
+
+def _span(term: FloatArray, starts: IntArray, ends: IntArray) -> FloatArray:
+    prefix = np.zeros((term.shape[0], term.shape[1] + 1), dtype=np.longdouble)
+    np.cumsum(term, axis=1, dtype=np.longdouble, out=prefix[:, 1:])
+    ends = np.maximum(ends, starts)
+    total = np.take_along_axis(prefix, ends, axis=1) - np.take_along_axis(prefix, starts, axis=1)
+    sums: FloatArray = total.astype(np.float64)
+    return sums
+
+
+class Window:
+    """One block's range windows ``[ref - range, ref]`` at every step, and what they contain.
+
+    ``count``, ``first``, ``last`` and ``previous`` (the point before the last)
+    are ``(n, k)``; an index is only meaningful where ``count`` says the window
+    has that point.
+    """
+
+    def __init__(self, block: Block, refs: IntArray, range_ms: int, at_steps: IntArray) -> None:
+        self.block = block
+        self.refs = refs
+        self.range_ms = range_ms
+        self.at_steps = at_steps
+        self.values = block.values
+        self.points = block.points
+        times = block.times
+        self.lo = np.searchsorted(times, refs - range_ms, side="left")
+        self.hi = np.searchsorted(times, refs, side="right")
+
+    @cached_property
+    def _prefix_counts(self) -> IntArray:
+        counts = np.cumsum(self.points, axis=1, dtype=np.int64)
+        return np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64), counts], axis=1)
+
+    @cached_property
+    def count(self) -> IntArray:
+        """How many points each series has in each step's window."""
+        prefix = self._prefix_counts
+        counted: IntArray = prefix[:, self.hi] - prefix[:, self.lo]
+        return counted
+
+    @cached_property
+    def _last_points(self) -> IntArray:
+        return _last_point(self.points)
+
+    @cached_property
+    def last(self) -> IntArray:
+        """Index of each window's newest point."""
+        before = np.maximum(self.hi - 1, 0)
+        index: IntArray = self._last_points[:, before]
+        return np.maximum(index, 0)
+
+    @cached_property
+    def first(self) -> IntArray:
+        """Index of each window's oldest point."""
+        width = self.points.shape[1]
+        index: IntArray = np.minimum(
+            _next_point(self.points)[:, np.minimum(self.lo, width - 1)], width - 1
+        )
+        return index
+
+    @cached_property
+    def _previous_points(self) -> IntArray:
+        """For each position, the index of the newest point strictly before it (-1 if none)."""
+        last = self._last_points
+        return np.concatenate(
+            [np.full((last.shape[0], 1), -1, dtype=np.int64), last[:, :-1]], axis=1
+        )
+
+    @cached_property
+    def previous(self) -> IntArray:
+        """Index of the point before each window's newest one."""
+        index = np.take_along_axis(self._previous_points, self.last, axis=1)
+        return np.maximum(index, 0)
+
+    def value(self, index: IntArray) -> FloatArray:
+        """The values at ``index`` (``(n, k)`` positions on the block's axis)."""
+        return np.take_along_axis(self.values, index, axis=1)
+
+    def time(self, index: IntArray) -> IntArray:
+        """The times (ms) at ``index``."""
+        picked: IntArray = self.block.times[index]
+        return picked
+
+    def pairs(self, term: FloatArray) -> FloatArray:
+        """Per window, the sum of ``term`` over its points but the oldest.
+
+        ``term[i, p]`` belongs to the pair (previous point, point ``p``): it
+        counts where both lie in the window.
+        """
+        return _total(np.where(self.points, term, 0.0), self.first + 1, self.hi)
+
+    def previous_values(self) -> tuple[FloatArray, BoolArray]:
+        """Each point's previous point's value, and where a previous point exists."""
+        previous = self._previous_points
+        return self.value(np.maximum(previous, 0)), previous >= 0
+
+    def sums(self, term: FloatArray) -> FloatArray:
+        """Per window, the sum of ``term`` over its points."""
+        return _total(np.where(self.points, term, 0.0), self.lo, self.hi)
+
+    def tensors(self) -> Iterator[tuple[slice, FloatArray, BoolArray]]:
+        """Chunks of steps with each window's values laid out: ``(steps, values, mask)``.
+
+        ``values`` and ``mask`` are ``(n, steps, w)``, ``w`` the widest window's
+        span on the axis; ``mask`` is where a window has a point. Chunks keep
+        within :data:`TENSOR_CELLS`.
+        """
+        rows, width = self.points.shape
+        spans = self.hi - self.lo
+        w = max(1, int(spans.max(initial=1)))
+        chunk = max(1, TENSOR_CELLS // max(1, rows * w))
+        offsets = np.arange(w, dtype=np.int64)
+        for s in range(0, self.lo.size, chunk):
+            steps = slice(s, s + chunk)
+            index = self.lo[steps, None] + offsets[None, :]
+            inside = offsets[None, :] < spans[steps, None]
+            index = np.minimum(index, width - 1)
+            yield steps, self.values[:, index], self.points[:, index] & inside[None]
