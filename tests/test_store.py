@@ -6,6 +6,7 @@ import pytest
 
 from collector.batch import Batch, Source
 from collector.schema import SourceKind
+from collector.selfmetrics import SelfMetrics
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher, is_stale
@@ -194,3 +195,15 @@ def test_a_removed_or_expired_sources_series_end_with_a_stale_marker() -> None:
     now[0] = 200.0
     store.expire(now=200.0)
     assert recorded(store, b"a{}", node="n2") == [(100.0, 2), (200.0, "stale")]
+
+
+def test_the_history_s_size_is_in_the_collector_s_own_metrics() -> None:
+    now = [100.0]
+    store = history_store(now)
+    store.put(HAMI, batch(a=1, b=2), received=100.0)
+    page = b"".join(SelfMetrics(store).render(False)).decode()
+    history = store.history
+    assert f"hami_usage_collector_history_points {float(history.points)}" in page
+    assert "hami_usage_collector_history_series 2.0" in page
+    assert f"hami_usage_collector_history_bytes {float(history.bytes)}" in page
+    assert history.bytes > 0

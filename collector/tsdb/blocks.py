@@ -196,7 +196,7 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
     present = bits != ABSENT_BITS
     held = present.any(axis=0)
     if not held.all():
-        ids, bits, present = ids[held], bits[:, held], present[:, held]
+        ids, matrix, bits, present = ids[held], matrix[:, held], bits[:, held], present[:, held]
     if not len(ids):
         return None
     first = present.argmax(axis=0)
@@ -209,7 +209,7 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
         first.astype(np.uint8),
         width.astype(np.uint8),
         stored.astype(np.uint8),
-        bits[_offsets(len(times), first) < stored].view(np.float64),
+        matrix[_offsets(len(times), first) < stored],
         int(present.sum()),
     )
 

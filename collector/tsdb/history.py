@@ -49,6 +49,7 @@ from collector.tsdb.series import STALE, Matcher, SeriesData
 AFTER = 0.001
 """Seconds after an axis' newest time where a series of a source that went gets its marker."""
 _NO_IDS: Ids = np.zeros(0, np.int64)
+_NO_SIDS: NDArray[np.int32] = np.zeros(0, np.int32)
 _NO_ROWS: NDArray[np.intp] = np.zeros(0, np.intp)
 Rows = NDArray[np.intp] | slice
 """Rows of the open block: a slice while a batch's series are its first rows, in order."""
@@ -96,7 +97,7 @@ class _Axis:
         self.block = OpenBlock(_NO_IDS)
         self.last = -math.inf
         self.live_keys: tuple[bytes, ...] = ()
-        self.live_sids: NDArray[np.int32] = _NO_IDS.astype(np.int32)
+        self.live_sids: NDArray[np.int32] = _NO_SIDS
         self.live_rows: Rows = slice(0, 0)
         self.marked = False
 
@@ -161,7 +162,7 @@ class _Axis:
             for key, sid in zip(self.live_keys, self.live_sids.tolist(), strict=True)
             if key not in kept
         ]
-        self.live_keys, self.live_sids = (), self.live_sids[:0]
+        self.live_keys, self.live_sids = (), _NO_SIDS
         self.live_rows = slice(0, 0)
         if not gone:
             return 0
