@@ -197,7 +197,7 @@ def test_a_cell_keeps_a_reading_a_marker_or_nothing_apart_in_every_block() -> No
     states = [
         "stale" if is_stale(v) else "nan" if math.isnan(v) else "value" for v in series.values
     ]
-    assert series.times == sorted([*present, 50, 100, 150]), "one marker a gap, then nothing"
+    assert list(series.times) == sorted([*present, 50, 100, 150]), "one marker a gap, then nothing"
     assert [t for t, s in zip(series.times, states, strict=True) if s == "stale"] == [50, 100, 150]
     assert states.count("value") == sum(1 for t in present if not t % 3)
     assert states.count("nan") == sum(1 for t in present if t % 3)

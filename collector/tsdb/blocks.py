@@ -60,23 +60,31 @@ def stale(values: F64) -> Mask:
 
 @dataclass(frozen=True, slots=True)
 class Cells:
-    """Points as parallel arrays: series id, column of the block, value; no absent cells."""
+    """Points as parallel arrays: series id, time index in the block, value; no absent cells.
 
-    sids: Ids
+    ``times`` holds their times once a reader has looked them up.
+    """
+
+    sids: NDArray[Any]
     cols: Ids
     values: F64
+    times: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.sids)
 
 
-def _cells(matrix: F64, ids: Ids, want: Mask | None, lo: int, hi: int) -> Cells:
-    """The cells of times ``[lo, hi)`` of a times x series ``matrix``, series ``want`` marks."""
+def _cells(matrix: F64, ids: NDArray[Any], want: Mask | None, lo: int, hi: int) -> Cells:
+    """The cells of times ``[lo, hi)`` of a times x series ``matrix``, series ``want`` marks.
+
+    They come series by series (in the order of ``ids``), each oldest first.
+    """
     part = matrix[lo:hi]
     if want is not None:
         picked = want[ids]
         part, ids = part[:, picked], ids[picked]
-    cols, rows = np.nonzero(~absent(part))
+    bits: NDArray[Any] = part.view(np.uint64)
+    rows, cols = np.nonzero((bits != ABSENT_BITS).T)
     return Cells(ids[rows], cols + lo, part[cols, rows])
 
 
@@ -167,7 +175,7 @@ class Segment:
 
     def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
         """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
-        return _cells(self.dense(), self.ids.astype(np.int64), want, lo, hi)
+        return _cells(self.dense(), self.ids, want, lo, hi)
 
     def dense(self) -> F64:
         """The segment as a times x series matrix again, :data:`ABSENT` outside the runs."""

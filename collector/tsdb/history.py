@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from array import array
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from collector.tsdb.blocks import (
     ABSENT,
     BLOCK,
     MERGE,
+    Cells,
     Ids,
     OpenBlock,
     Segment,
@@ -236,12 +238,27 @@ class _Axis:
         lo = int(np.searchsorted(block.times[: block.n], floor, "right"))
         return total + int((~absent(block.values[lo : block.n, : block.rows])).sum())
 
-    def parts(self) -> Iterator[tuple[NDArray[np.float64], Segment | OpenBlock]]:
-        """Each segment and the open block, with its times."""
-        for segment in self.segments:
-            yield segment.times, segment
-        if self.block.n:
-            yield self.block.times[: self.block.n], self.block
+    def cells(self, want: Mask | None, start: float, end: float) -> list[Cells]:
+        """Points of the series ``want`` marks in ``[start, end]``, block by block, oldest first.
+
+        Each block's cells come series by series, each series' oldest first.
+        """
+        parts: list[Segment | OpenBlock] = [self.block] if self.block.n else []
+        for segment in reversed(self.segments):
+            if segment.times[-1] < start:
+                break
+            parts.append(segment)
+        found = []
+        for part in reversed(parts):
+            at = part.times[: part.n] if isinstance(part, OpenBlock) else part.times
+            if at[-1] < start or at[0] > end:
+                continue
+            lo = 0 if at[0] >= start else int(np.searchsorted(at, start))
+            hi = len(at) if at[-1] <= end else int(np.searchsorted(at, end, "right"))
+            cells = part.cells(want, lo, hi)
+            if len(cells):
+                found.append(Cells(cells.sids, cells.cols, cells.values, at[cells.cols]))
+        return found
 
     @property
     def nbytes(self) -> int:
@@ -327,31 +344,26 @@ class _Node:
             return True
         return want if want.any() else False
 
-    def found(self, want: Mask | None, start: float, end: float, floor: float) -> Found | None:
-        """Points of the series ``want`` marks in ``[start, end]`` after ``floor``, all axes.
+    def found(self, want: Mask | None, start: float, end: float) -> Found | None:
+        """Points of the series ``want`` marks in ``[start, end]``, all axes.
 
         Sorted by series, then time; a time two axes share is kept once.
         """
-        sids, times, values = [], [], []
-        for axis in self.axes.values():
-            for at, part in axis.parts():
-                lo = max(int(np.searchsorted(at, start)), int(np.searchsorted(at, floor, "right")))
-                hi = int(np.searchsorted(at, end, "right"))
-                if lo >= hi:
-                    continue
-                cells = part.cells(want, lo, hi)
-                sids.append(cells.sids)
-                times.append(at[cells.cols])
-                values.append(cells.values)
-        if not sids or not sum(map(len, sids)):
+        found = [cells for axis in self.axes.values() for cells in axis.cells(want, start, end)]
+        if len(found) == 1:
+            return found[0].sids, found[0].times, found[0].values
+        if not found:
             return None
-        s, t, v = np.concatenate(sids), np.concatenate(times), np.concatenate(values)
+        s = np.concatenate([c.sids for c in found])
+        t = np.concatenate([c.times for c in found])
+        v = np.concatenate([c.values for c in found])
+        if len(self.axes) == 1:
+            order = np.argsort(s, kind="stable")  # one axis' blocks come oldest first
+            return s[order], t[order], v[order]
         order = np.lexsort((t, s))
         s, t, v = s[order], t[order], v[order]
-        if len(self.axes) > 1:
-            once = np.r_[True, (s[1:] != s[:-1]) | (t[1:] != t[:-1])]
-            s, t, v = s[once], t[once], v[once]
-        return s, t, v
+        once = np.concatenate([[True], (s[1:] != s[:-1]) | (t[1:] != t[:-1])])
+        return s[once], t[once], v[once]
 
     def trim(self, floor: float) -> None:
         """Forget axes and segments wholly at or before ``floor``, then unused series ids."""
@@ -484,10 +496,10 @@ class History:
     def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[SeriesData]:
         """Every series matching all ``matchers`` with its points in ``[start, end]``."""
         for state, (sids, times, values) in self._matching(matchers, start, end):
-            cuts = np.flatnonzero(np.r_[True, sids[1:] != sids[:-1], True])
+            cuts = [0, *(np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist(), len(sids)]
             heads = sids[cuts[:-1]].tolist()
-            t, v = times.tolist(), values.tolist()
-            for sid, a, b in zip(heads, cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            t, v = array("d", times.tobytes()), array("d", values.tobytes())
+            for sid, a, b in zip(heads, cuts, cuts[1:], strict=False):
                 yield SeriesData(state.label_set(sid), t[a:b], v[a:b])
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
@@ -520,10 +532,11 @@ class History:
         """
         ordered = sorted(matchers, key=lambda m: (m.op != "=", m.name != "__name__"))
         verdicts: Verdicts = {}
+        start = max(start, float(np.nextafter(self._floor, math.inf)))
         for state in list(self._nodes.values()):
             want = state.want(ordered, verdicts)
             if want is False:
                 continue
-            found = state.found(None if want is True else want, start, end, self._floor)
+            found = state.found(None if want is True else want, start, end)
             if found is not None:
                 yield state, found
