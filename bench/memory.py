@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tracemalloc
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -69,7 +69,14 @@ Series = list[tuple[str, bytes, float]]
 class NoHistory(History):
     """A History that keeps nothing, so the latest values are measured alone."""
 
-    def record(self, node: str, series: Mapping[bytes, float], at: float | None = None) -> None:
+    def record(
+        self,
+        node: str,
+        series: Mapping[bytes, float],
+        sampled: float | None = None,
+        source: str = "",
+        kept: Container[bytes] | None = None,
+    ) -> None:
         """Keep nothing."""
 
 

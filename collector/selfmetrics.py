@@ -219,3 +219,10 @@ class _StoreCollector:
         live.add_metric([], total)
         yield live
         yield feeding
+        history = self._store.history
+        for name, help_text, value in (
+            ("history_bytes", "Bytes the range-query history holds, keys included.", history.bytes),
+            ("history_points", "Points the history keeps, markers included.", history.points),
+            ("history_series", "Series the history holds points of.", history.series),
+        ):
+            yield GaugeMetricFamily(_PREFIX + name, help_text, value=value)

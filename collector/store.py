@@ -2,6 +2,13 @@
 
 Sources (scrape targets, agents) put whole batches; outputs read per-node views.
 The store never reaches back into a source. Time here is ``time.monotonic()``.
+
+The history is fed per source: each put records, on that source's own time
+axis, the series the source wins in the node's view, so a series is recorded
+once however many sources offer it. With each put or removal the history gets
+the node's view too: a series that leaves the node (gone from its source's
+batch, or its source removed or expired, and offered by no other source) is
+marked stale; one that passes to another source is not.
 """
 
 from __future__ import annotations
@@ -57,7 +64,9 @@ class Store:
             self._forget(source.id)
         self._nodes.setdefault(source.node, {})[source.id] = Held(source, batch, received)
         self._node_of[source.id] = source.node
-        self._changed(source.node, sampled)
+        view = self._changed(source.node)
+        assert view is not None
+        self.history.record(view.node, _won(view, source.id), sampled, source.id, view.series)
 
     def remove(self, source_id: str) -> None:
         """Forget a source that is gone (pod deleted, not Ready); its series vanish."""
@@ -110,10 +119,23 @@ class Store:
         del held_by_id[source_id]
         if not held_by_id:
             del self._nodes[node]
-        self._changed(node)
+        view = self._changed(node)
+        self.history.forget(node, source_id, view.series if view is not None else {})
 
-    def _changed(self, node: str, sampled: float | None = None) -> None:
+    def _changed(self, node: str) -> NodeView | None:
         self.generation += 1
         self._views.pop(node, None)
-        view = self.view(node)
-        self.history.record(node, view.series if view else {}, sampled)
+        return self.view(node)
+
+
+def _won(view: NodeView, source_id: str) -> Mapping[bytes, float]:
+    """The series of ``source_id``'s batch that it wins in ``view`` (the history records those)."""
+    above: list[Mapping[bytes, float]] = []
+    for held in view.sources:
+        mine = held.batch.series
+        if held.source.id == source_id:
+            if not above:
+                return mine
+            return {key: value for key, value in mine.items() if not any(key in s for s in above)}
+        above.append(mine)
+    return {}

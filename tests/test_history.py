@@ -3,27 +3,48 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.exposition.render import key_labels
 from collector.tsdb.history import History
-from collector.tsdb.series import Columns, Matcher, absent_mask, is_stale
+from collector.tsdb.series import STALE, Columns, Matcher, absent_mask, is_stale
 
 A, B = b'm{pod="a"}', b'm{pod="b"}'
+
+
+class Row(NamedTuple):
+    """One series of a selection, its absent points left out."""
+
+    labels: Mapping[str, str]
+    times: list[float]
+    values: list[float]
+
+
+def rows(history: History, matchers: Sequence[Matcher], start: float, end: float) -> list[Row]:
+    """Every series ``select`` yields, row by row, whatever its grouping."""
+    out = []
+    for group in history.select(matchers, start, end):
+        gone = absent_mask(group.values)
+        for i, labels in enumerate(group.labels):
+            kept = ~gone[i]
+            out.append(Row(labels, group.times[kept].tolist(), group.values[i][kept].tolist()))
+    return out
 
 
 def points(
     history: History, *matchers: Matcher, start: float = 0, end: float = 1e12
 ) -> dict[str, list[tuple[float, float | str]]]:
     out: dict[str, list[tuple[float, float | str]]] = {}
-    for group in history.select(list(matchers), start, end):
-        for labels, row, absent in zip(
-            group.labels, group.values.tolist(), absent_mask(group.values), strict=True
-        ):
-            label = f"{labels['node']}/{labels.get('pod', '')}/{labels['__name__']}"
-            out[label] = [
-                (t, "stale" if is_stale(v) else v)
-                for t, v, gone in zip(group.times.tolist(), row, absent, strict=True)
-                if not gone
-            ]
+    for s in rows(history, list(matchers), start, end):
+        label = f"{s.labels['node']}/{s.labels.get('pod', '')}/{s.labels['__name__']}"
+        out[label] = [
+            (t, "stale" if is_stale(v) else v) for t, v in zip(s.times, s.values, strict=True)
+        ]
     return out
 
 
@@ -36,9 +57,9 @@ def test_points_align_and_vanished_series_get_one_stale_marker() -> None:
     history.record("n1", {A: 3.0, B: 9.0}, sampled=50)
     assert points(history) == {
         "n1/a/m": [(10, 1.0), (20, 1.5), (30, 2.0), (40, 2.5), (50, 3.0)],
-        "n1/b/m": [(10, 2.0), (20, 2.5), (30, "stale"), (40, "stale"), (50, 9.0)],
+        "n1/b/m": [(10, 2.0), (20, 2.5), (30, "stale"), (50, 9.0)],
     }
-    assert history.points == 10
+    assert history.points == 9, "the gap at 40 holds no point: one marker, then nothing"
 
 
 def test_a_node_that_goes_marks_everything_stale() -> None:
@@ -110,4 +131,170 @@ def test_columns_are_what_select_yields() -> None:
     assert group.values.shape == (1, 1)
     assert math.isnan(group.values[0, 0])
     assert not is_stale(group.values[0, 0]), "a NaN reading is not a staleness marker"
-    assert not absent_mask(group.values).any(), "nor an absent point"
+
+
+# --------------------------------------------------------------------------
+# Columnar storage: many blocks, three states per cell, a reference model
+# --------------------------------------------------------------------------
+
+KEYS = [f'm{{ns="{"ab"[i % 2]}",pod="p{i}"}}'.encode() for i in range(8)]
+VALUES = (0.0, 1.0, 2.5, -3.0, math.nan)
+Batches = list[tuple[float, dict[bytes, float]]]
+
+
+def reference(batches: Batches, floor: float = -math.inf) -> dict[str, list[tuple[float, Any]]]:
+    """What a single-source history holds: a point per reading, one marker when a series goes."""
+    out: dict[bytes, list[tuple[float, float]]] = {}
+    live: set[bytes] = set()
+    last = -math.inf
+    for t, series in batches:
+        if t <= last or not (series or live):
+            continue  # a batch that writes nothing takes no time of the axis
+        last = t
+        for key, value in series.items():
+            out.setdefault(key, []).append((t, value))
+        for key in live - series.keys():
+            out[key].append((t, STALE))
+        live = set(series)
+    return {
+        f"n1/{dict(key_labels(key)[1])['pod']}/m": [
+            (t, "stale" if is_stale(v) else v) for t, v in kept
+        ]
+        for key, points in out.items()
+        if (kept := [(t, v) for t, v in points if t > floor])
+    }
+
+
+def same(a: dict[str, list[tuple[float, Any]]], b: dict[str, list[tuple[float, Any]]]) -> bool:
+    """Equal, a NaN reading equal to a NaN reading."""
+
+    def norm(points: list[tuple[float, Any]]) -> list[tuple[float, Any]]:
+        return [(t, "nan" if isinstance(v, float) and math.isnan(v) else v) for t, v in points]
+
+    return {k: norm(v) for k, v in a.items()} == {k: norm(v) for k, v in b.items()}
+
+
+batches = st.lists(
+    st.tuples(
+        st.sampled_from((1.0, 1.0, 1.0, 7.0, 0.0, -5.0)),
+        st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=len(KEYS)),
+    ),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=batches, cut=st.integers(100, 220))
+def test_the_blocks_hold_what_a_list_of_points_would(
+    steps: list[tuple[float, dict[bytes, float]]], cut: int
+) -> None:
+    """Across open blocks, packed and merged segments, gaps, repeats and trims alike."""
+    history = History(retention=1e9)
+    timeline: Batches = []
+    t = 100.0
+    for step, series in steps:
+        t += step
+        timeline.append((t, series))
+        history.record("n1", series, sampled=t)
+    assert same(points(history), reference(timeline))
+    assert history.points == sum(map(len, reference(timeline).values()))
+    floor = float(cut)
+    history.trim(now=floor + 1e9)
+    assert same(points(history), reference(timeline, floor))
+    assert history.points == sum(map(len, reference(timeline, floor).values()))
+
+
+def test_a_cell_keeps_a_reading_a_marker_or_nothing_apart_in_every_block() -> None:
+    history = History()
+    present = [t for t in range(1, 200) if t % 50 >= 5]  # A is away for 5 times out of 50
+    for t in range(1, 200):
+        batch = {B: float(t)}
+        if t in present:
+            batch[A] = math.nan if t % 3 else float(t)
+        history.record("n1", batch, sampled=t)
+    (series,) = rows(history, [Matcher.of("pod", "=", "a")], 0, 1e9)
+    states = [
+        "stale" if is_stale(v) else "nan" if math.isnan(v) else "value" for v in series.values
+    ]
+    assert list(series.times) == sorted([*present, 50, 100, 150]), "one marker a gap, then nothing"
+    assert [t for t, s in zip(series.times, states, strict=True) if s == "stale"] == [50, 100, 150]
+    assert states.count("value") == sum(1 for t in present if not t % 3)
+    assert states.count("nan") == sum(1 for t in present if t % 3)
+
+
+def test_ended_series_cost_nothing_once_their_blocks_go() -> None:
+    history = History(retention=300)
+    for t in range(0, 3000, 10):
+        pod = f'm{{pod="p{t // 100}"}}'.encode()  # a new pod every 10 points
+        history.record("n1", {A: 1.0, pod: float(t)}, sampled=t)
+    history.trim(now=3000)
+    assert history.series <= 2 + 300 // 100 + 2, "only the series of the kept blocks stay"
+    got = points(history, start=2700)
+    assert got["n1/a/m"][-1] == (2990, 1.0)
+    assert got["n1/p29/m"] == [(t, float(t)) for t in range(2900, 3000, 10)]
+    assert history.bytes > 0
+    history.trim(now=1e6)
+    assert (history.points, history.series, history.bytes) == (0, 0, 0)
+
+
+# --------------------------------------------------------------------------
+# Time axes: one per source of a node, merged by time on selection
+# --------------------------------------------------------------------------
+
+
+def test_the_axes_of_a_node_are_merged_by_time_and_a_shared_time_is_kept_once() -> None:
+    history = History()
+    history.record("n1", {A: 1.0, B: 1.0}, sampled=10, source="monitor", kept={A, B})
+    history.record("n1", {A: 2.0}, sampled=12, source="agent", kept={A, B})
+    history.record("n1", {B: 3.0}, sampled=20, source="monitor", kept={A, B})
+    history.record("n1", {A: 4.0}, sampled=20, source="agent", kept={A, B})
+    history.record("n1", {A: 5.0}, sampled=5, source="agent", kept={A, B})
+    assert points(history) == {
+        "n1/a/m": [(10, 1.0), (12, 2.0), (20, 4.0)],
+        "n1/b/m": [(10, 1.0), (20, 3.0)],
+    }, "the agent's A passed from the monitor without a marker; 5 s is older than its axis"
+
+
+def test_a_source_that_goes_marks_its_series_and_its_backlog_takes_the_marks_place() -> None:
+    now = [100.0]
+    history = History(clock=lambda: now[0])
+    history.record("n1", {A: 1.0, B: 1.0}, sampled=10, source="agent")
+    now[0] = 60.0
+    history.forget("n1", "agent", kept={})
+    assert points(history)["n1/a/m"] == [(10, 1.0), (60, "stale")]
+    history.record("n1", {A: 2.0}, sampled=30, source="agent")
+    history.record("n1", {A: 3.0}, sampled=45, source="agent")
+    assert points(history) == {
+        "n1/a/m": [(10, 1.0), (30, 2.0), (45, 3.0)],
+        "n1/b/m": [(10, 1.0), (30, "stale")],
+    }, "the replayed readings fill the outage; B, not replayed, ends at the first of them"
+    history.record("n1", {A: 9.0}, sampled=20, source="agent")
+    assert points(history)["n1/a/m"][-1] == (45, 3.0), "older than a reading: ignored"
+    assert history.points == 5
+
+
+def test_regexes_are_decided_once_per_label_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = History()
+    series = {f'm{{ns="team-{i % 3}",pod="p{i}"}}'.encode(): 1.0 for i in range(60)}
+    history.record("n1", series, sampled=1)
+    history.record("n2", series, sampled=1)
+    decided: list[str] = []
+    matches = Matcher.matches
+
+    def counted(self: Matcher, labels: Mapping[str, str]) -> bool:
+        decided.append(labels.get(self.name, ""))
+        return matches(self, labels)
+
+    monkeypatch.setattr(Matcher, "matches", counted)
+    got = list(rows(history, [Matcher.of("ns", "=~", "team-(0|1)")], 0, 2))
+    assert len(got) == 80
+    assert sorted(decided) == ["", "team-0", "team-1", "team-2"], "per value, once for all nodes"
+    assert {s.labels["ns"] for s in rows(history, [Matcher.of("ns", "=", "team-2")], 0, 2)} == {
+        "team-2"
+    }
+    assert len(list(rows(history, [Matcher.of("ns", "!=", "team-2")], 0, 2))) == 80
+    assert list(rows(history, [Matcher.of("__name__", "=", "other")], 0, 2)) == []
+    assert history.label_values("pod", [Matcher.of("ns", "=", "team-0")], 0, 2) == {
+        f"p{i}" for i in range(0, 60, 3)
+    }

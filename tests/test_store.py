@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+from test_history import rows
+
 from collector.batch import Batch, Source
 from collector.schema import SourceKind
+from collector.selfmetrics import SelfMetrics
 from collector.store import Store
+from collector.tsdb.history import History
+from collector.tsdb.series import Matcher, is_stale
 
 HAMI = Source("pod/a", "kube-system/hami-a", "n1", SourceKind.HAMI, 1)
 HAMI_NEW = Source("pod/b", "kube-system/hami-b", "n1", SourceKind.HAMI, 1)
@@ -85,3 +91,120 @@ def test_views_are_cached_per_generation() -> None:
     assert store.view("n1") is first, "another node's change leaves this view alone"
     store.put(HAMI, batch(a=2), received=1)
     assert store.view("n1") is not first
+
+
+# --------------------------------------------------------------------------
+# The history the store feeds: each point once, on its source's own time axis
+# --------------------------------------------------------------------------
+
+SHARED, MONITOR_ONLY, AGENT_ONLY = b"shared{}", b"monitor_only{}", b"agent_only{}"
+Points = list[tuple[float, float | str]]
+
+
+def history_store(now: list[float], stale_after: float = 45) -> Store:
+    """A store whose history's clock (the collector's wall clock) reads ``now[0]``."""
+    return Store(stale_after, History(clock=lambda: now[0]))
+
+
+def recorded(store: Store, key: bytes, node: str = "n1") -> Points:
+    name = key.decode().removesuffix("{}")
+    (found,) = rows(
+        store.history, [Matcher.of("__name__", "=", name), Matcher.of("node", "=", node)], 0, 1e12
+    )
+    return [
+        (t, "stale" if is_stale(v) else v) for t, v in zip(found.times, found.values, strict=True)
+    ]
+
+
+def test_two_sources_of_a_node_double_nothing() -> None:
+    now = [100.0]
+    store = history_store(now)
+    for k in range(5):
+        now[0] = 100.0 + 15 * k
+        store.put(AGENT, Batch({SHARED: k, AGENT_ONLY: k}), received=now[0])
+        store.put(HAMI, Batch({SHARED: -k, MONITOR_ONLY: k}), received=now[0])
+    times = [100.0 + 15 * k for k in range(5)]
+    assert recorded(store, SHARED) == [(t, k) for k, t in enumerate(times)], "the agent's, once"
+    assert recorded(store, AGENT_ONLY) == [(t, k) for k, t in enumerate(times)]
+    assert recorded(store, MONITOR_ONLY) == [(t, k) for k, t in enumerate(times)]
+    assert store.history.points == 15
+
+
+@pytest.mark.parametrize("skew", [-5.0, 5.0])
+def test_an_agent_whose_clock_is_off_loses_no_point_and_doubles_none(skew: float) -> None:
+    now = [100.0]
+    store = history_store(now)
+    for k in range(6):
+        now[0] = 100.0 + 15 * k
+        store.put(AGENT, Batch({SHARED: k, AGENT_ONLY: k}), now[0], sampled=now[0] + skew)
+        now[0] += 1
+        store.put(HAMI, Batch({SHARED: -k, MONITOR_ONLY: k}), received=now[0])
+    agent_times = [100.0 + 15 * k + skew for k in range(6)]
+    assert recorded(store, SHARED) == [(t, k) for k, t in enumerate(agent_times)]
+    assert recorded(store, AGENT_ONLY) == [(t, k) for k, t in enumerate(agent_times)]
+    assert recorded(store, MONITOR_ONLY) == [(101.0 + 15 * k, k) for k in range(6)]
+
+
+def test_a_backlog_replayed_after_an_outage_fills_the_gap() -> None:
+    now = [100.0]
+    store = history_store(now)
+    for t in (100.0, 115.0, 130.0):
+        now[0] = t
+        store.put(AGENT, batch(a=t), received=t, sampled=t)
+    now[0] = 200.0
+    assert store.expire(now=200.0) == [AGENT], "the outage outlasts stale_after"
+    assert recorded(store, b"a{}")[-1] == (200.0, "stale")
+    now[0] = 210.0
+    for t in (145.0, 160.0, 175.0, 190.0, 205.0):
+        store.put(AGENT, batch(a=t), received=210.0, sampled=t)
+    assert recorded(store, b"a{}") == [(t, t) for t in range(100, 206, 15)]
+
+
+@pytest.mark.parametrize("first", [HAMI, AGENT])
+def test_failover_between_sources_keeps_a_series_continuous(first: Source) -> None:
+    second = AGENT if first is HAMI else HAMI
+    now = [100.0]
+    store = history_store(now)
+    for t in (100.0, 115.0):
+        now[0] = t
+        store.put(first, batch(a=1), received=t)
+    now[0] = 120.0
+    store.put(second, batch(a=2), received=120.0)
+    now[0] = 130.0
+    store.put(first, batch(a=1), received=130.0)
+    now[0] = 135.0
+    store.remove(AGENT.id)
+    now[0] = 145.0
+    store.put(HAMI, batch(a=1), received=145.0)
+    got = recorded(store, b"a{}")
+    assert "stale" not in [v for _, v in got], "the series passed from one source to the other"
+    assert [t for t, _ in got] == sorted({t for t, _ in got}), "each time once, in order"
+    assert got[-1] == (145.0, 1)
+
+
+def test_a_removed_or_expired_sources_series_end_with_a_stale_marker() -> None:
+    now = [100.0]
+    store = history_store(now)
+    store.put(HAMI, batch(a=1, b=1), received=100.0)
+    store.put(OTHER, batch(a=2), received=100.0)
+    now[0] = 115.0
+    store.put(HAMI, batch(a=1), received=115.0)
+    assert recorded(store, b"b{}") == [(100.0, 1), (115.0, "stale")], "gone from its batch"
+    now[0] = 120.0
+    store.remove(HAMI.id)
+    assert recorded(store, b"a{}") == [(100.0, 1), (115.0, 1), (120.0, "stale")]
+    now[0] = 200.0
+    store.expire(now=200.0)
+    assert recorded(store, b"a{}", node="n2") == [(100.0, 2), (200.0, "stale")]
+
+
+def test_the_history_s_size_is_in_the_collector_s_own_metrics() -> None:
+    now = [100.0]
+    store = history_store(now)
+    store.put(HAMI, batch(a=1, b=2), received=100.0)
+    page = b"".join(SelfMetrics(store).render(False)).decode()
+    history = store.history
+    assert f"hami_usage_collector_history_points {float(history.points)}" in page
+    assert "hami_usage_collector_history_series 2.0" in page
+    assert f"hami_usage_collector_history_bytes {float(history.bytes)}" in page
+    assert history.bytes > 0

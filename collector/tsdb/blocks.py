@@ -1,0 +1,252 @@
+"""One time axis's points in numpy blocks: an open matrix, then packed closed segments.
+
+A cell holds one of three states in 8 bytes: a reading, Prometheus' staleness
+marker (:data:`~collector.tsdb.series.STALE`), or :data:`ABSENT`, a NaN of its
+own bit pattern meaning "this series has no point at this time of the axis".
+
+Why this layout: an axis is appended one whole batch at a time, so the open
+block is a matrix of :data:`BLOCK` times x series, a batch written into one
+contiguous row by one numpy assignment (time-major, so the reductions that pack
+it run across series, not along 8-cell rows). Once full it is packed into a
+:class:`Segment`: each series keeps only the run of times from its first to its
+last point there (a pod that ended or started inside the block costs nothing
+outside its run), and a run of one repeated value (limits, sizes, build info:
+about half of all runs) keeps that value once. Keeping whole rows would not be
+enough: the simulator's pods live ~20 minutes, so most series start or end
+inside a block, and whole rows measured 1.2 to 3 cells per point. :data:`MERGE`
+closed blocks are merged into one segment, so runs get longer and a read
+touches fewer of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from collector.tsdb.series import ABSENT, STALE
+
+F64 = NDArray[np.float64]
+Ids = NDArray[np.int64]
+Mask = NDArray[np.bool_]
+
+ABSENT_BITS: int = struct.unpack("<Q", struct.pack("<d", ABSENT))[0]
+"""The bits of :data:`collector.tsdb.series.ABSENT`, which a cell holds where a series has no point."""
+_STALE_BITS = struct.unpack("<Q", struct.pack("<d", STALE))[0]
+
+BLOCK = 8
+"""Times of an open block: a series that starts or ends in it costs up to a block of cells."""
+MERGE = 4
+"""Closed blocks merged into one segment (:data:`BLOCK` x :data:`MERGE` must stay under 256)."""
+
+
+def absent(values: F64) -> Mask:
+    """Which cells are :data:`ABSENT`."""
+    bits: NDArray[Any] = values.view(np.uint64)
+    found: Mask = bits == ABSENT_BITS
+    return found
+
+
+def stale(values: F64) -> Mask:
+    """Which cells are staleness markers."""
+    bits: NDArray[Any] = values.view(np.uint64)
+    found: Mask = bits == _STALE_BITS
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Cells:
+    """Points as parallel arrays: series id, time index in the block, value; no absent cells.
+
+    ``times`` holds their times once a reader has looked them up.
+    """
+
+    sids: NDArray[Any]
+    cols: Ids
+    values: F64
+    times: F64 | None = None
+
+    def __len__(self) -> int:
+        return len(self.sids)
+
+
+def _cells(matrix: F64, ids: NDArray[Any], want: Mask | None, lo: int, hi: int) -> Cells:
+    """The cells of times ``[lo, hi)`` of a times x series ``matrix``, series ``want`` marks.
+
+    They come series by series (in the order of ``ids``), each oldest first.
+    """
+    part = matrix[lo:hi]
+    if want is not None:
+        picked = want[ids]
+        part, ids = part[:, picked], ids[picked]
+    bits: NDArray[Any] = part.view(np.uint64)
+    rows, cols = np.nonzero((bits != ABSENT_BITS).T)
+    return Cells(ids[rows], cols + lo, part[cols, rows])
+
+
+class OpenBlock:
+    """The block being appended: a matrix of :data:`BLOCK` times x series."""
+
+    __slots__ = ("ids", "n", "rows", "times", "values")
+
+    def __init__(self, sids: NDArray[np.integer[Any]]) -> None:
+        count = len(sids)
+        capacity = count + _slack(count)
+        self.ids: Ids = np.zeros(capacity, np.int64)
+        self.ids[:count] = sids
+        self.values: F64 = np.full((BLOCK, capacity), ABSENT)
+        self.times: F64 = np.zeros(BLOCK)
+        self.rows = count
+        """Series rows in use (the first ``rows`` entries of ``ids``, columns of ``values``)."""
+        self.n = 0
+        """Times in use."""
+
+    @property
+    def full(self) -> bool:
+        """Whether every time is used."""
+        return self.n == BLOCK
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its arrays hold."""
+        return self.ids.nbytes + self.values.nbytes + self.times.nbytes
+
+    def rows_of(self, sids: Ids, size: int) -> NDArray[np.intp]:
+        """The rows of ``sids`` (distinct series ids below ``size``), adding the missing ones."""
+        where = np.full(size, -1, np.intp)
+        where[self.ids[: self.rows]] = np.arange(self.rows)
+        rows = where[sids]
+        missing = rows < 0
+        if missing.any():
+            rows[missing] = self._add(sids[missing])
+        return rows
+
+    def _add(self, sids: Ids) -> NDArray[np.intp]:
+        end = self.rows + len(sids)
+        if end > len(self.ids):
+            capacity = end + _slack(end)
+            ids = np.zeros(capacity, np.int64)
+            ids[: self.rows] = self.ids[: self.rows]
+            grown = np.full((BLOCK, capacity), ABSENT)
+            grown[:, : self.rows] = self.values[:, : self.rows]
+            self.ids, self.values = ids, grown
+        self.ids[self.rows : end] = sids
+        added = np.arange(self.rows, end)
+        self.rows = end
+        return added
+
+    def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
+        """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
+        return _cells(self.values[:, : self.rows], self.ids[: self.rows], want, lo, hi)
+
+    def close(self) -> Segment | None:
+        """Pack the block into a segment (None if it holds nothing)."""
+        order = np.argsort(self.ids[: self.rows])
+        matrix = self.values[: self.n, order]
+        return pack(self.times[: self.n].copy(), self.ids[order], matrix)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A closed stretch of an axis: each series' run of cells, packed.
+
+    Series ``ids[r]`` (ascending) has its run from time ``first[r]`` for
+    ``width[r]`` times; ``values`` holds the runs' first ``stored[r]`` cells in
+    time-major order: all of them, or the first alone for one repeated value.
+    """
+
+    times: F64
+    ids: NDArray[np.int32]
+    first: NDArray[np.uint8]
+    width: NDArray[np.uint8]
+    stored: NDArray[np.uint8]
+    values: F64
+    points: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its arrays hold."""
+        arrays = (self.times, self.ids, self.first, self.width, self.stored, self.values)
+        return sum(a.nbytes for a in arrays)
+
+    def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
+        """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
+        return _cells(self.dense(), self.ids, want, lo, hi)
+
+    def dense(self) -> F64:
+        """The segment as a times x series matrix again, :data:`ABSENT` outside the runs."""
+        at = _offsets(len(self.times), self.first)
+        run, kept = at < self.width, at < self.stored
+        dense = np.full(at.shape, ABSENT)
+        dense[kept] = self.values
+        lead = dense[self.first, np.arange(len(self.ids))]
+        spread: F64 = np.where(run & ~kept, lead, dense)
+        return spread
+
+
+def _offsets(times: int, first: NDArray[Any]) -> NDArray[np.uint64]:
+    """Each cell's time less its series' first, as unsigned: a cell before it is huge."""
+    offsets: NDArray[np.uint64] = (np.arange(times)[:, None] - first).view(np.uint64)
+    return offsets
+
+
+def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
+    """A segment of a ``times`` x series ``ids`` (ascending) ``matrix``; None if it is empty.
+
+    Each series keeps its cells from its first point to its last, or that first
+    value alone when every cell of the run has its bit pattern.
+    """
+    bits: NDArray[Any] = matrix.view(np.uint64)
+    present = bits != ABSENT_BITS
+    held = present.any(axis=0)
+    if not held.all():
+        ids, matrix, bits, present = ids[held], matrix[:, held], bits[:, held], present[:, held]
+    if not len(ids):
+        return None
+    first = present.argmax(axis=0)
+    width = len(times) - present[::-1].argmax(axis=0) - first
+    once = (bits == bits[first, np.arange(len(ids))]).sum(axis=0) == width
+    stored = np.where(once, 1, width)
+    return Segment(
+        times,
+        ids.astype(np.int32),
+        first.astype(np.uint8),
+        width.astype(np.uint8),
+        stored.astype(np.uint8),
+        matrix[_offsets(len(times), first) < stored],
+        int(present.sum()),
+    )
+
+
+def merge(segments: list[Segment]) -> Segment | None:
+    """One segment holding every cell of ``segments`` (consecutive, oldest first)."""
+    ids = np.unique(np.concatenate([s.ids for s in segments])).astype(np.int64)
+    times = np.concatenate([s.times for s in segments])
+    matrix = np.full((len(times), len(ids)), ABSENT)
+    at = 0
+    for segment in segments:
+        width = len(segment.times)
+        matrix[at : at + width, np.searchsorted(ids, segment.ids)] = segment.dense()
+        at += width
+    return pack(times, ids, matrix)
+
+
+def renumbered(segment: Segment, new: Ids) -> Segment:
+    """``segment`` with every series id ``i`` replaced by ``new[i]`` (order kept)."""
+    return Segment(
+        segment.times,
+        new[segment.ids].astype(np.int32),
+        segment.first,
+        segment.width,
+        segment.stored,
+        segment.values,
+        segment.points,
+    )
+
+
+def _slack(rows: int) -> int:
+    """Spare rows for series that start inside a block (the open block's row growth)."""
+    return max(8, rows // 16)
