@@ -113,7 +113,7 @@ class CollectorSettings(FileSettings):
     history_max_points: int = Field(
         20_000_000,
         gt=0,
-        description="Most points kept in the history (8 bytes each plus per-series overhead); oldest go first.",
+        description="Most points kept in the history (about 10 bytes each, keys included); oldest go first.",
     )
     lookback: float = Field(
         300.0, gt=0, description="PromQL lookback delta, seconds (Prometheus: 5 minutes)."
