@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROMETHEUS := .tools/prometheus/usr/bin/prometheus
 HELM := .tools/helm/helm
+VICTORIA := .tools/victoria-metrics/usr/bin/victoria-metrics
 CHART := charts/hami-usage-collector
 CHART_OUT := build/chart
 KUBE_VERSIONS := 1.29.0 1.35.0
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hami-collector demo
 
-test: $(STAMP) $(PROMETHEUS)
+test: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -31,15 +32,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(STAMP) $(PROMETHEUS)
+bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
 
-tools: $(PROMETHEUS) $(HELM)
+tools: $(PROMETHEUS) $(HELM) $(VICTORIA)
 
 # A real Prometheus and promtool for the end-to-end tests: Debian's package,
 # unpacked into the project, never installed or started as a service.
 $(PROMETHEUS):
 	scripts/fetch-prometheus .tools
+
+# VictoriaMetrics 1.79 with vmagent and vmalert (Debian's victoria-metrics):
+# a real remote-write receiver, a scraper to compare with, a rule evaluator.
+$(VICTORIA):
+	scripts/fetch-victoria-metrics .tools
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
