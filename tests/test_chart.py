@@ -25,6 +25,7 @@ from unittest import mock
 
 import pytest
 import yaml
+from helpers import prometheus_tool
 
 from agent.settings import AgentSettings
 from collector.settings import CollectorSettings
@@ -520,7 +521,8 @@ RELABEL_ACTIONS = {
 
 
 def monitors(docs: Sequence[Doc]) -> Iterator[Doc]:
-    return (d for d in docs if d["apiVersion"] == MONITOR_API)
+    """The ServiceMonitors and PodMonitors (the PrometheusRule has a test of its own)."""
+    return (d for d in docs if d["apiVersion"] == MONITOR_API and d["kind"] != "PrometheusRule")
 
 
 def test_monitor_kinds_match_their_crds(rendered: dict[str, list[Doc]]) -> None:
@@ -577,6 +579,71 @@ def test_monitor_only_where_the_api_is_or_forced(kind: str) -> None:
     assert find(template(*asked, "--api-versions", f"{MONITOR_API}/{kind}"), kind)
     assert find(template(*asked, "--set", "monitor.force=true"), kind)
     assert not find(template("--set", "monitor.force=true"), kind)  # not enabled
+
+
+# --- PrometheusRule ---------------------------------------------------------------
+
+RULES_FILE = ROOT / "rules" / "hami-usage.rules.yaml"
+IDLE = "(hami_container_idle_seconds) > 7200"
+RULE_GROUP_FIELDS = {"name", "interval", "rules", "limit", "partial_response_strategy"}
+RULE_FIELDS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+
+
+def test_rules_copy_is_the_original() -> None:
+    copy = CHART / "rules" / "hami-usage.rules.yaml"
+    assert copy.read_bytes() == RULES_FILE.read_bytes(), f"cp {RULES_FILE} {copy}"
+
+
+def expected_rules(idle_seconds: int, runbook: str) -> Doc:
+    """The rule file with the chart's two substitutions made by hand."""
+    text = RULES_FILE.read_text()
+    assert IDLE in text
+    text = text.replace(IDLE, f"(hami_container_idle_seconds) > {idle_seconds}")
+    text = text.replace('runbook_url: "docs/runbook.md#', f'runbook_url: "{runbook}#')
+    expected: Doc = yaml.safe_load(text)
+    return expected
+
+
+def test_prometheus_rule_is_the_rule_file(rendered: dict[str, list[Doc]], tmp_path: Path) -> None:
+    rule = one(rendered["full"], "PrometheusRule")
+    assert set(rule) == {"apiVersion", "kind", "metadata", "spec"}
+    assert rule["apiVersion"] == MONITOR_API
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    base = "https://git.example.com/hami-usage-collector/blob/v0.1.0/docs/runbook.md"
+    assert rule["spec"] == expected_rules(90 * 60, base)
+    # The fields the CRD knows, and nothing else.
+    for group in rule["spec"]["groups"]:
+        assert set(group) <= RULE_GROUP_FIELDS
+        for each in group["rules"]:
+            assert set(each) <= RULE_FIELDS
+            assert ("alert" in each) != ("record" in each)
+    # What Prometheus would load from it is valid (the real promtool says so).
+    loaded = tmp_path / "rendered.rules.yaml"
+    loaded.write_text(yaml.safe_dump(rule["spec"]))
+    done = subprocess.run(
+        [prometheus_tool("promtool"), "check", "rules", str(loaded)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, docs in rendered.items():
+        assert name == "full" or not find(docs, "PrometheusRule"), name
+
+
+def test_prometheus_rule_defaults_and_where_it_renders() -> None:
+    asked = ("--set", "rules.enabled=true")
+    assert not find(template(*asked), "PrometheusRule")
+    api = f"{MONITOR_API}/PrometheusRule"
+    (rule,) = find(template(*asked, "--api-versions", api), "PrometheusRule")
+    assert rule["spec"] == expected_rules(7200, "docs/runbook.md")
+    assert find(template(*asked, "--set", "rules.force=true"), "PrometheusRule")
+    assert not find(template("--set", "rules.force=true"), "PrometheusRule")  # not enabled
+    (daily,) = find(
+        template(*asked, "--set", "rules.force=true", "--set", "rules.idleFor=1d"), "PrometheusRule"
+    )
+    assert daily["spec"] == expected_rules(86400, "docs/runbook.md")
 
 
 # --- Grafana and NetworkPolicy --------------------------------------------------------
@@ -650,6 +717,19 @@ def test_notes_print_the_urls() -> None:
         (["--set", "discovery.hami.port=70000"], "/discovery/hami/port"),
         (["--set", "monitor.kind=Probe"], "/monitor/kind"),
         (["--set", "monitor.interval=soon"], "/monitor/interval"),
+        (["--set", "rules.idleFor=soon"], "/rules/idleFor"),
+        (
+            [
+                "--set",
+                "rules.enabled=true",
+                "--set",
+                "rules.force=true",
+                "--set",
+                "rules.idleFor=0h",
+            ],
+            "rules.idleFor must be a positive duration",
+        ),
+        (["--set", 'rules.runbookBaseUrl=docs"x'], "/rules/runbookBaseUrl"),
         (["--set", "agent.hostPath.path=usr/local/vgpu"], "/agent/hostPath/path"),
         (["--set", "collector.settings.listen=0.0.0.0:1"], "additional properties 'listen'"),
         (["--set", "collector.settings.interval=-5"], "/collector/settings/interval"),
