@@ -259,8 +259,62 @@ def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
 
 
 def _ready(url: str) -> bool:
+    return _answers(f"{url}/-/ready")
+
+
+VICTORIA_TOOLS = (
+    Path(__file__).resolve().parent.parent / ".tools" / "victoria-metrics" / "usr" / "bin"
+)
+VMALERT_START_TIMEOUT = 30.0
+
+
+@contextmanager
+def real_vmalert(
+    work: Path, rules: Path, datasource: str, notifier: str, interval: str = "1s"
+) -> Iterator[str]:
+    """A real vmalert (VictoriaMetrics 1.79) evaluating ``rules`` against ``datasource``.
+
+    It listens on a loopback port held by :func:`reserved_port` (vmalert logs the
+    address it was given, not the one it got), sends its alerts to ``notifier``
+    (an Alertmanager-compatible URL) and is stopped at the end. Yields its URL.
+    """
+    binary = VICTORIA_TOOLS / "vmalert"
+    if not binary.exists():
+        pytest.fail(f"{binary} is missing: run `make tools` (make test does it)")
+    log_path = work / "vmalert.log"
+    with reserved_port() as port, log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"-rule={rules}",
+                f"-datasource.url={datasource}",
+                f"-notifier.url={notifier}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                f"-evaluationInterval={interval}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + VMALERT_START_TIMEOUT
+            while not _answers(f"{url}/health"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"vmalert did not start: {log_path.read_text(errors='replace')}")
+                time.sleep(0.1)  # a bounded poll, as in _wait_ready()
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=2) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False
