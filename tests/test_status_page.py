@@ -133,7 +133,7 @@ async def test_filters_by_node_kind_and_state() -> None:
 
 @pytest.mark.parametrize(
     ("query", "named"),
-    [("state=down", "state"), ("kind=gpu", "kind"), ("page=0", "page"), ("page=x", "page")],
+    [("state=down", "state"), ("kind=gpu", "kind"), ("page=0", "page"), ("page=x", "page"), ("page=%C2%B2", "page")],
 )
 async def test_a_bad_parameter_is_refused_by_name(query: str, named: str) -> None:
     async with with_agents(["n-1"]) as (base, _), aiohttp.ClientSession() as http:
