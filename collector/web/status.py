@@ -23,8 +23,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from datetime import UTC, datetime
+from operator import itemgetter
 from urllib.parse import urlencode
 
 import jinja2
