@@ -11,7 +11,7 @@ import asyncio
 import json
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from fakekube import FakeKube
 from helpers import eventually, reserved_port, running_collector, scraping_collector
 
 from collector.app import STORE
@@ -35,35 +36,33 @@ HOSTILE = '<script>alert("x")</script>&amp;'
 
 
 class Rows(HTMLParser):
-    """The source rows of a page: their data-* attributes and the text of each cell."""
+    """A page's table rows: the text of each cell; for source rows, their data-* attributes."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
         self.rows: list[dict[str, str]] = []
         self.cells: list[list[str]] = []
-        self._in_row = False
-        self._depth = 0
+        self.every: list[list[str]] = []
+        self._in_cell = False
         self.feed(html)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if tag == "tr" and found.get("class") == "source":
-            self._in_row = True
-            self.rows.append({k.removeprefix("data-"): v or "" for k, v in attrs})
-            self.cells.append([])
-        elif tag == "td" and self._in_row:
-            self.cells[-1].append("")
-            self._depth += 1
+        if tag == "tr":
+            self.every.append([])
+            if dict(attrs).get("class") == "source":
+                self.rows.append({k.removeprefix("data-"): v or "" for k, v in attrs})
+                self.cells.append(self.every[-1])
+        elif tag == "td":
+            self.every[-1].append("")
+            self._in_cell = True
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "td" and self._in_row:
-            self._depth -= 1
-        elif tag == "tr":
-            self._in_row = False
+        if tag == "td":
+            self._in_cell = False
 
     def handle_data(self, data: str) -> None:
-        if self._in_row and self._depth:
-            self.cells[-1][-1] += data
+        if self._in_cell:
+            self.every[-1][-1] += data
 
     def nodes(self) -> list[str]:
         return [row["node"] for row in self.rows]
@@ -73,6 +72,10 @@ class Rows(HTMLParser):
             if attrs["node"] == node and attrs["kind"] == kind:
                 return attrs, cells
         raise AssertionError(f"no {kind} row for {node}: {self.nodes()}")
+
+    def starting(self, text: str) -> list[list[str]]:
+        """The cells of every row whose first cell starts with ``text``."""
+        return [cells for cells in self.every if cells and cells[0].startswith(text)]
 
 
 async def get(
@@ -204,6 +207,55 @@ async def test_a_hostile_node_name_from_a_targets_file_is_escaped(tmp_path: Path
             await eventually(scraped, 15, "the target scraped")
             _, html = await get(http, f"{base}/")
             assert "<script>" not in html
+
+
+async def test_discovery_shows_a_failing_watch_then_its_sync(
+    fake: FakeKube, kubeconfig: Path
+) -> None:
+    fake.set_down(True)
+    async with (
+        running_collector(kubernetes=True, kubeconfig=kubeconfig, flavours="hami") as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+        watch = "hami pods 'app.kubernetes.io/component=hami-device-plugin' in all namespaces"
+
+        async def shown(state: str) -> list[str] | None:
+            found = Rows((await get(http, f"{base}/"))[1]).starting(watch)
+            return found[0] if found and found[0][1] == state else None
+
+        await eventually(lambda: _is_row(shown("error")), 10, "the watch failing")
+        failing = await shown("error")
+        assert failing is not None
+        assert failing[3] == "API error 503 Service Unavailable"
+        _, html = await get(http, f"{base}/")
+        assert "discovery has not synced" in html
+        fake.set_down(False)
+        await eventually(lambda: _is_row(shown("synced")), 30, "the watch synced")
+        assert await shown("synced") == [watch, "synced", "0", ""]
+
+
+async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami}\n")  # no node
+    async with (
+        running_collector(kubernetes=False, targets_file=targets) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def shown() -> list[str] | None:
+            found = Rows((await get(http, f"{base}/"))[1]).starting(f"targets file {targets}")
+            return found[0] if found and found[0][1] == "error" else None
+
+        await eventually(lambda: _is_row(shown()), 10, "the targets file's error")
+        row = await shown()
+        assert row is not None
+        assert row[2] == "0"
+        assert "labels.node" in row[3]
+        assert row[3].endswith("the last good targets are kept")
+
+
+async def _is_row(found: Awaitable[list[str] | None]) -> bool:
+    return await found is not None
 
 
 # The browser test: the demo, in this process, loaded by a real chromium.

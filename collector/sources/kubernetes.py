@@ -168,6 +168,7 @@ class Watcher(Generic[T]):
         for obj in body.get("items") or []:
             self._apply("ADDED", obj)
         self.synced.set()
+        self._last_error = ""  # listed: whatever failed before is over
         self._changed()
         version: str = body["metadata"]["resourceVersion"]
         log.debug("%s: listed %d at version %s", self.where, len(self.objects), version)
