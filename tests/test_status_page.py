@@ -313,12 +313,21 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
         try:
             await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
             dom = ""
+            shot = tmp_path / "status.png"
 
             # The flaky monitor fails about every other scrape, and an agent whose
             # push is late under load goes stale: load the page until both show.
+            # Each load dumps the DOM and takes the screenshot of that same page.
             async def failing_in_browser() -> bool:
                 nonlocal dom
-                dom = await browse(tmp_path / "profile", "--dump-dom", f"{base}/")
+                dom = await browse(
+                    tmp_path / "profile",
+                    "--hide-scrollbars",
+                    "--window-size=1400,1000",
+                    f"--screenshot={shot}",
+                    "--dump-dom",
+                    f"{base}/",
+                )
                 rows = Rows(dom).rows
                 agents = [row["node"] for row in rows if row["kind"] == "agent"]
                 failing = {"class": "source", "node": flaky, "state": "failing", "kind": "kai"}
@@ -332,14 +341,6 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
             _, cells = Rows(dom).row(flaky, "kai")
             assert cells[3].strip() == "failing"
             assert cells[-1].startswith(("http: HTTP 500", "timeout: no complete answer"))
-            shot = tmp_path / "status.png"
-            await browse(
-                tmp_path / "profile",
-                "--hide-scrollbars",
-                "--window-size=1400,1000",
-                f"--screenshot={shot}",
-                f"{base}/",
-            )
             assert png_size(shot) == (1400, 1000)
             assert shot.stat().st_size > 30_000  # text, tables and badges, not a blank page
         finally:
