@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 PROMETHEUS := .tools/prometheus/usr/bin/prometheus
 HELM := .tools/helm/helm
 VICTORIA := .tools/victoria-metrics/usr/bin/victoria-metrics
+CHROMIUM := .tools/chromium/run
 CHART := charts/hami-usage-collector
 CHART_OUT := build/chart
 KUBE_VERSIONS := 1.29.0 1.35.0
@@ -35,7 +36,7 @@ lint: $(STAMP)
 bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
 
-tools: $(PROMETHEUS) $(HELM) $(VICTORIA)
+tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM)
 
 # A real Prometheus and promtool for the end-to-end tests: Debian's package,
 # unpacked into the project, never installed or started as a service.
@@ -46,6 +47,15 @@ $(PROMETHEUS):
 # a real remote-write receiver, a scraper to compare with, a rule evaluator.
 $(VICTORIA):
 	scripts/fetch-victoria-metrics .tools
+
+# Debian's chromium, headless, for the status page's browser test: the package and
+# the libraries it needs that the machine lacks, unpacked with a wrapper that
+# finds them (apt-get download + dpkg -x, nothing installed).
+$(CHROMIUM):
+	scripts/fetch-chromium .tools
+
+# tests/test_status_page.py loads the page in it.
+test: $(CHROMIUM)
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

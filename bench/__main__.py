@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent, cluster, ingest, memory, page, push, query, serve
+from bench import agent, cluster, ingest, memory, page, push, query, serve, status
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -63,6 +63,8 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += push_rows(r["push"])
     if "agent" in r:
         out += agent_rows(r["agent"])
+    if "status" in r:
+        out += status_rows(r["status"])
     return out
 
 
@@ -271,6 +273,21 @@ def agent_rows(a: dict[str, Any]) -> list[Row]:
     ]
 
 
+def status_rows(s: dict[str, Any]) -> list[Row]:
+    """The status page's work per request, beside the same page without pagination."""
+    peer = s["peer_all_rows"]
+    return [
+        _figure(
+            f"status page GET / at {s['nodes']:,} nodes ({s['sources']:,} sources), {label}: "
+            "CPU p50 (wall p50 / p99)",
+            f"{p['cpu_p50_ms']:.0f} ms ({p['p50_ms']:.0f} / {p['p99_ms']:.0f} ms)",
+            f"every source on one page: {peer['cpu_p50_ms']:.0f} ms CPU",
+            f"{peer['cpu_p50_ms'] / p['cpu_p50_ms']:.0f}x less",
+        )
+        for p, label in ((s["first_page"], "first page"), (s["failing_page_3"], "failing, page 3"))
+    ]
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
@@ -408,6 +425,7 @@ def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "memory": memory.run,
         "push": push.run,
         "agent": agent.run,
+        "status": status.run,
         "query": run_query,
     }
 

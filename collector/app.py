@@ -39,6 +39,7 @@ from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest.handlers import RestApi
+from collector.web.status import DISCOVERY, PANELS, StatusPage
 from core.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,10 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     rest_api = RestApi(STORE, settings.interval)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
+    app[DISCOVERY] = []
+    app[PANELS] = []
+    status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)
+    app.router.add_routes(status.routes())
     return app
 
 
@@ -157,6 +162,7 @@ def _sources(
             if settings.targets_file is not None:
                 files = FileDiscovery(settings.targets_file, _sink(manager, "file"))
                 synced.append(("the targets file", lambda: files.synced))
+                app[DISCOVERY].append(lambda: [files.status()])
                 await stack.enter_async_context(tasks.running("targets file", files.run))
             api_client = None
             if settings.kubernetes:
@@ -171,6 +177,7 @@ def _sources(
                     timeouts,
                 )
                 synced.append(("discovery", lambda: kube.synced))
+                app[DISCOVERY].append(kube.status)
                 await stack.enter_async_context(tasks.running("kubernetes discovery", kube.run))
                 directory = KubernetesDirectory(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
@@ -180,6 +187,7 @@ def _sources(
             if isinstance(pods, KubernetesDirectory) and not isinstance(auth, Refuse):
                 running = pods  # the cluster-wide pod watch serves push attribution only
                 synced.append(("the pod directory", lambda: running.synced))
+                app[DISCOVERY].append(running.status)
                 await stack.enter_async_context(tasks.running("pod directory", running.run))
             config = PushConfig(
                 settings.push_body_limit,

@@ -83,44 +83,59 @@ def agents_context(
     return agents_running
 
 
-def run_demo(listen: str, nodes: int, interval: float) -> int:
-    """Serve the demo until interrupted."""
-    logs.setup("text", "info")
+def demo_app(
+    listen: str, nodes: int, interval: float, folder: Path
+) -> tuple[web.Application, list[str]]:
+    """The demo's app, to be served on ``listen`` (HOST:PORT), and what to tell its user.
+
+    ``folder`` holds the targets file, the push token and the agents' region
+    files while the app runs. The first line names the status page.
+    """
     host, port = parse_listen(listen)
     cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=MONITORS)
     monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
     flaky = monitored[-1].name if nodes > 1 else None
     agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]
     base = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+    targets_file = folder / "targets.json"
+    token = secrets.token_hex(16)
+    (folder / "push-token").write_text(token)
+    settings = CollectorSettings(
+        listen=listen,
+        kubernetes=False,
+        targets_file=targets_file,
+        interval=interval,
+        timeout=min(interval, 2.0),
+        push_auth="token",
+        push_token_file=folder / "push-token",
+    )
+    directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes])
+    app = build_app(settings, directory)
+    app.cleanup_ctx.insert(0, farm_context(monitored, targets_file, flaky))
+    app.cleanup_ctx.append(agents_context(agents, folder / "agents", base, token, interval))
+    kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
+    lines = [
+        f"Status page: {base}/",
+        f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}",
+        f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}",
+        f"Scrape target (whole cluster): {base}/metrics",
+        f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)",
+        f"Grafana datasource (Prometheus type) URL: {base}/prometheus",
+        f"Health: {base}/healthz  Readiness: {base}/readyz",
+        "Ctrl-C stops the demo.",
+    ]
+    return app, lines
+
+
+def run_demo(listen: str, nodes: int, interval: float) -> int:
+    """Serve the demo until interrupted."""
+    logs.setup("text", "info")
+    host, port = parse_listen(listen)
     with tempfile.TemporaryDirectory(prefix="hami-demo-") as tmp:
-        targets_file = Path(tmp) / "targets.json"
-        token = secrets.token_hex(16)
-        (Path(tmp) / "push-token").write_text(token)
-        settings = CollectorSettings(
-            listen=listen,
-            kubernetes=False,
-            targets_file=targets_file,
-            interval=interval,
-            timeout=min(interval, 2.0),
-            push_auth="token",
-            push_token_file=Path(tmp) / "push-token",
-        )
-        directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes])
-        app = build_app(settings, directory)
-        app.cleanup_ctx.insert(0, farm_context(monitored, targets_file, flaky))
-        app.cleanup_ctx.append(agents_context(agents, Path(tmp) / "agents", base, token, interval))
+        app, lines = demo_app(listen, nodes, interval, Path(tmp))
 
         def announce(_: str) -> None:
-            kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
-            print(f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}")
-            print(
-                f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}"
-            )
-            print(f"Scrape target (whole cluster): {base}/metrics")
-            print(f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)")
-            print(f"Grafana datasource (Prometheus type) URL: {base}/prometheus")
-            print(f"Health: {base}/healthz  Readiness: {base}/readyz")
-            print("Ctrl-C stops the demo.", flush=True)
+            print("\n".join(lines), flush=True)
 
         web.run_app(app, host=host, port=port, print=announce)
     return 0

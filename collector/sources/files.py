@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from collector.schema import Flavour
-from collector.sources.targets import Target
+from collector.sources.targets import DiscoveryState, Target
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,12 @@ class FileDiscovery:
         self.synced = False
         self._sink = sink
         self._poll = poll
+        self._targets = 0
+        self._error = ""
+
+    def status(self) -> DiscoveryState:
+        """Whether the file was read, how many targets it gave, why its latest read failed."""
+        return DiscoveryState(f"targets file {self.path}", self.synced, self._targets, self._error)
 
     async def run(self) -> None:
         """Re-read the file whenever its size or modification time changes."""
@@ -81,6 +87,7 @@ class FileDiscovery:
                 stamp = (stat.st_mtime_ns, stat.st_size)
             except OSError as exc:
                 stamp = (-1, -1)
+                self._error = f"cannot read: {exc}"
                 if seen != stamp:
                     log.error(
                         "cannot read targets file %s: %s; keeping the last good targets",
@@ -92,9 +99,11 @@ class FileDiscovery:
                     targets = await asyncio.to_thread(load_targets, self.path)
                 except (OSError, ValueError) as exc:
                     log.error("bad targets file, keeping the last good targets: %s", exc)
+                    self._error = f"{exc}; the last good targets are kept"
                 else:
                     log.info("targets file %s: %d targets", self.path, len(targets))
                     await self._sink(targets)
+                    self._targets, self._error = len(targets), ""
             seen = stamp
             self.synced = True
             await asyncio.sleep(self._poll)

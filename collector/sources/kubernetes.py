@@ -22,7 +22,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from collector.schema import Flavour
-from collector.sources.targets import Target
+from collector.sources.targets import DiscoveryState, Target
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,10 @@ class Watcher(Generic[T]):
             else:
                 self._last_error = ""
 
+    def status(self) -> DiscoveryState:
+        """Whether it has listed, what it holds, its latest failure."""
+        return DiscoveryState(self.where, self.synced.is_set(), len(self.objects), self._last_error)
+
     def _failed(self, message: str) -> None:
         """Log a failure once while it repeats (a cluster without an API fails every retry)."""
         level = logging.DEBUG if message == self._last_error else logging.WARNING
@@ -164,6 +168,7 @@ class Watcher(Generic[T]):
         for obj in body.get("items") or []:
             self._apply("ADDED", obj)
         self.synced.set()
+        self._last_error = ""  # listed: whatever failed before is over
         self._changed()
         version: str = body["metadata"]["resourceVersion"]
         log.debug("%s: listed %d at version %s", self.where, len(self.objects), version)
@@ -240,6 +245,10 @@ class KubernetesDiscovery:
     def synced(self) -> bool:
         """Whether every watcher has listed once."""
         return all(w.synced.is_set() for w in self._watchers)
+
+    def status(self) -> list[DiscoveryState]:
+        """Each watcher's state."""
+        return [watcher.status() for watcher in self._watchers]
 
     def targets(self) -> list[Target]:
         """The targets of every watched pod that is ready to be scraped, once per pod."""

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from collector.sources.kubernetes import Backoff, Timeouts, Watcher
+from collector.sources.targets import DiscoveryState
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +154,10 @@ class KubernetesDirectory:
     def pod(self, uid: str) -> PodRef | None:
         """The pod with this UID, if it exists now."""
         return self._pods.objects.get(uid)
+
+    def status(self) -> list[DiscoveryState]:
+        """The pod and claim watches' states."""
+        return [self._pods.status(), self._claims.status()]
 
     def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
         """The first existing pod the claim is reserved for, and its container label."""

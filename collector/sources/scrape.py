@@ -14,8 +14,9 @@ import asyncio
 import logging
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -78,6 +79,46 @@ async def fetch(
         raise ScrapeError("connect", f"{type(exc).__name__}: {exc}") from None
 
 
+RECENT = 10
+"""Outcomes of a target's latest scrapes kept for the status page."""
+
+
+@dataclass(slots=True)
+class Health:
+    """What a target's latest scrapes said; its loop updates it, the status page reads it.
+
+    Wall-clock times (``time.time()``). ``error`` is the latest failure's message,
+    kept after a recovery so a flapping target shows why it flaps; ``recent``
+    holds the latest outcomes, oldest first, True for a good scrape.
+    """
+
+    scrapes: int = 0
+    failing: bool = False
+    last_success: float | None = None
+    duration: float | None = None
+    samples: int | None = None
+    error: str = ""
+    error_at: float | None = None
+    recent: deque[bool] = field(default_factory=lambda: deque(maxlen=RECENT))
+
+    def succeeded(self, duration: float, samples: int) -> None:
+        """Note a good scrape."""
+        self._note(True, duration)
+        self.last_success = time.time()
+        self.samples = samples
+
+    def failed(self, duration: float, message: str) -> None:
+        """Note a failed scrape and why."""
+        self._note(False, duration)
+        self.error, self.error_at = message, time.time()
+
+    def _note(self, good: bool, duration: float) -> None:
+        self.scrapes += 1
+        self.failing = not good
+        self.duration = duration
+        self.recent.append(good)
+
+
 class ScrapeLoop:
     """Scrapes one target every interval, from a start offset hashed from its key."""
 
@@ -103,7 +144,7 @@ class ScrapeLoop:
             config.priorities[SourceKind(target.flavour)],
         )
         self._normaliser = Normaliser(target.node, config.passthrough)
-        self._failing = False
+        self.health = Health()
 
     async def run(self) -> None:
         """Scrape forever; every scrape error is recorded, none ends the loop."""
@@ -138,10 +179,11 @@ class ScrapeLoop:
         finally:
             self.tried = True
         self._store.put(self.source, batch, time.monotonic())
-        self._metrics.scraped(self.source, time.monotonic() - started, batch, time.time())
-        if self._failing:
+        duration = time.monotonic() - started
+        self._metrics.scraped(self.source, duration, batch, time.time())
+        if self.health.failing:
             log.info("target %s (node %s) recovered", self.target.name, self.target.node)
-        self._failing = False
+        self.health.succeeded(duration, batch.samples)
 
     async def _scrape(self) -> Batch:
         body, openmetrics = await fetch(
@@ -153,8 +195,9 @@ class ScrapeLoop:
             raise ScrapeError("parse", str(exc)) from None
 
     def _fail(self, reason: str, message: str, started: float) -> None:
-        self._metrics.failed(self.source, time.monotonic() - started, reason)
-        if not self._failing:
+        duration = time.monotonic() - started
+        self._metrics.failed(self.source, duration, reason)
+        if not self.health.failing:
             log.warning(
                 "scrape of %s (node %s, %s) failed: %s",
                 self.target.name,
@@ -162,7 +205,7 @@ class ScrapeLoop:
                 self.target.url,
                 message,
             )
-        self._failing = True
+        self.health.failed(duration, f"{reason}: {message}")
 
 
 class ScrapeManager:
@@ -193,6 +236,10 @@ class ScrapeManager:
     def targets(self) -> list[Target]:
         """The targets being scraped now."""
         return list(self._loops)
+
+    def loops(self) -> list[ScrapeLoop]:
+        """The loops running now, one per target (for the status page)."""
+        return [loop for loop, _ in self._loops.values()]
 
     def tried_all(self) -> bool:
         """Whether every known target has been scraped at least once."""

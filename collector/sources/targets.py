@@ -20,3 +20,17 @@ class Target:
     node: str
     flavour: Flavour
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryState:
+    """How one discovery stream stands: a pod watch, a targets file (for the status page).
+
+    ``objects`` counts what it holds now (pods, targets); ``error`` is its latest
+    failure, empty once an attempt after it succeeded.
+    """
+
+    what: str
+    synced: bool
+    objects: int
+    error: str

@@ -1,0 +1,347 @@
+"""The status page (``GET /``): filters, pages, escaping, and the demo in a real browser.
+
+The browser is Debian's chromium, headless, fetched into .tools by ``make tools``:
+it loads the page the demo serves, the test reads the DOM it built and keeps a
+screenshot in the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from html.parser import HTMLParser
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from fakekube import FakeKube
+from helpers import eventually, reserved_port, running_collector, scraping_collector
+
+from collector.app import STORE
+from collector.batch import Batch, Source
+from collector.demo.cluster import build_cluster
+from collector.demo.monitors import MonitorFarm
+from collector.demo.run import demo_app
+from collector.schema import SourceKind
+from collector.web.status import PAGE_ROWS, PANELS, Panel
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = ROOT / ".tools" / "chromium" / "run"
+HOSTILE = '<script>alert("x")</script>&amp;'
+
+
+class Rows(HTMLParser):
+    """A page's table rows: the text of each cell; for source rows, their data-* attributes."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self.cells: list[list[str]] = []
+        self.every: list[list[str]] = []
+        self._in_cell = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.every.append([])
+            if dict(attrs).get("class") == "source":
+                self.rows.append({k.removeprefix("data-"): v or "" for k, v in attrs})
+                self.cells.append(self.every[-1])
+        elif tag == "td":
+            self.every[-1].append("")
+            self._in_cell = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._in_cell = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_cell:
+            self.every[-1][-1] += data
+
+    def nodes(self) -> list[str]:
+        return [row["node"] for row in self.rows]
+
+    def row(self, node: str, kind: str) -> tuple[dict[str, str], list[str]]:
+        for attrs, cells in zip(self.rows, self.cells, strict=True):
+            if attrs["node"] == node and attrs["kind"] == kind:
+                return attrs, cells
+        raise AssertionError(f"no {kind} row for {node}: {self.nodes()}")
+
+    def starting(self, text: str) -> list[list[str]]:
+        """The cells of every row whose first cell starts with ``text``."""
+        return [cells for cells in self.every if cells and cells[0].startswith(text)]
+
+
+async def get(
+    http: aiohttp.ClientSession, url: str, params: dict[str, str] | None = None
+) -> tuple[int, str]:
+    async with http.get(url, params=params) as resp:
+        return resp.status, await resp.text()
+
+
+def agent_source(node: str) -> Source:
+    return Source(f"agent/{node}", f"agent {node}-id", node, SourceKind.AGENT, 0)
+
+
+# A few series, so each agent's node has data to serve.
+BATCH = Batch({b'hami_host_gpu_utilization_ratio{device_index="0"}': 0.5}, samples=1)
+
+
+@asynccontextmanager
+async def with_agents(nodes: list[str]) -> AsyncIterator[tuple[str, web.Application]]:
+    """A collector holding one pushed batch per node of ``nodes``, nothing scraped."""
+    async with running_collector(kubernetes=False) as (base, app):
+        for node in nodes:
+            app[STORE].put(agent_source(node), BATCH, time.monotonic())
+        yield base, app
+
+
+async def test_pages_are_bounded_and_link_onwards() -> None:
+    nodes = [f"n-{i:03d}" for i in range(PAGE_ROWS * 2 + 50)]
+    async with with_agents(nodes) as (base, _), aiohttp.ClientSession() as http:
+        status, first = await get(http, f"{base}/")
+        assert status == 200
+        assert Rows(first).nodes() == nodes[:PAGE_ROWS]
+        assert 'href="/?page=2"' in first
+        assert "previous" not in first
+        _, last = await get(http, f"{base}/?page=3")
+        assert Rows(last).nodes() == nodes[PAGE_ROWS * 2 :]
+        assert 'href="/?page=2"' in last
+        assert "next" not in last
+        _, past = await get(http, f"{base}/?page=9")
+        assert Rows(past).nodes() == []
+        assert "No source matches." in past
+
+
+async def test_filters_by_node_kind_and_state() -> None:
+    nodes = [f"n-{i:03d}" for i in range(150)]
+    async with with_agents(nodes) as (base, _), aiohttp.ClientSession() as http:
+        _, some = await get(http, f"{base}/?node=n-12")
+        assert Rows(some).nodes() == [f"n-12{i}" for i in range(10)]
+        _, agents = await get(http, f"{base}/?kind=agent&state=up&node=n-0")
+        assert Rows(agents).nodes() == nodes[:100]
+        assert all(row["state"] == "up" for row in Rows(agents).rows)
+        _, none = await get(http, f"{base}/?kind=hami")
+        assert Rows(none).nodes() == []
+        _, failing = await get(http, f"{base}/?state=failing")
+        assert Rows(failing).nodes() == []
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("state=down", "state"),
+        ("kind=gpu", "kind"),
+        ("page=0", "page"),
+        ("page=x", "page"),
+        ("page=%C2%B2", "page"),
+    ],
+)
+async def test_a_bad_parameter_is_refused_by_name(query: str, named: str) -> None:
+    async with with_agents(["n-1"]) as (base, _), aiohttp.ClientSession() as http:
+        status, text = await get(http, f"{base}/?{query}")
+        assert status == 400
+        assert text.startswith(f"bad request: {named} must be")
+
+
+async def test_every_value_from_the_cluster_is_escaped() -> None:
+    async with with_agents([HOSTILE]) as (base, app), aiohttp.ClientSession() as http:
+        app[PANELS].append(
+            lambda: Panel("Remote <b>write</b>", ("Name", "State"), [(HOSTILE, "up")])
+        )
+        _, html = await get(http, f"{base}/", {"node": HOSTILE})
+        assert "<script>" not in html
+        assert "<b>write" not in html
+        assert html.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;amp;") >= 3
+        assert Rows(html).nodes() == [HOSTILE]  # a parser gets the name back, unchanged
+        assert "Remote &lt;b&gt;write&lt;/b&gt;" in html
+
+
+async def test_a_failing_target_shows_its_error_and_the_file_discovery(tmp_path: Path) -> None:
+    simulated = build_cluster(3, seed=2, flavours=("hami", "volcano", "kai"))
+    async with (
+        MonitorFarm(simulated) as farm,
+        scraping_collector(farm, tmp_path, interval=1.0, timeout=1.0) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+        broken = simulated[2].name
+        farm.set_fault(broken, "500")
+
+        async def shown() -> bool:
+            _, failing = await get(http, f"{base}/?state=failing")
+            _, up = await get(http, f"{base}/?state=up")
+            healthy = [simulated[0].name, simulated[1].name]
+            return Rows(failing).nodes() == [broken] and Rows(up).nodes() == healthy
+
+        await eventually(shown, 20, "the broken target failing, the others up")
+        _, html = await get(http, f"{base}/?state=failing")
+        _, cells = Rows(html).row(broken, "kai")
+        assert "http: HTTP 500 Internal Server Error" in cells[-1]
+        assert "synced" in html
+        assert str(tmp_path / "targets.json") in html
+
+
+async def test_a_hostile_node_name_from_a_targets_file_is_escaped(tmp_path: Path) -> None:
+    async with MonitorFarm(build_cluster(1, seed=3, flavours=("hami",))) as farm:
+        (_, _, address) = farm.targets()[0]
+        targets = tmp_path / "hostile.json"
+        targets.write_text(json.dumps([{"targets": [address], "labels": {"node": HOSTILE}}]))
+        async with (
+            running_collector(kubernetes=False, targets_file=targets, interval=1, timeout=1) as (
+                base,
+                _,
+            ),
+            aiohttp.ClientSession() as http,
+        ):
+
+            async def scraped() -> bool:
+                _, html = await get(http, f"{base}/?state=up")
+                return Rows(html).nodes() == [HOSTILE]
+
+            await eventually(scraped, 15, "the target scraped")
+            _, html = await get(http, f"{base}/")
+            assert "<script>" not in html
+
+
+async def test_discovery_shows_a_failing_watch_then_its_sync(
+    fake: FakeKube, kubeconfig: Path
+) -> None:
+    fake.set_down(True)
+    async with (
+        running_collector(kubernetes=True, kubeconfig=kubeconfig, flavours="hami") as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+        watch = "hami pods 'app.kubernetes.io/component=hami-device-plugin' in all namespaces"
+
+        async def shown(state: str) -> list[str] | None:
+            found = Rows((await get(http, f"{base}/"))[1]).starting(watch)
+            return found[0] if found and found[0][1] == state else None
+
+        await eventually(lambda: _is_row(shown("error")), 10, "the watch failing")
+        failing = await shown("error")
+        assert failing is not None
+        assert failing[3] == "API error 503 Service Unavailable"
+        _, html = await get(http, f"{base}/")
+        assert "discovery has not synced" in html
+        fake.set_down(False)
+        await eventually(lambda: _is_row(shown("synced")), 30, "the watch synced")
+        assert await shown("synced") == [watch, "synced", "0", ""]
+
+
+async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami}\n")  # no node
+    async with (
+        running_collector(kubernetes=False, targets_file=targets) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def shown() -> list[str] | None:
+            found = Rows((await get(http, f"{base}/"))[1]).starting(f"targets file {targets}")
+            return found[0] if found and found[0][1] == "error" else None
+
+        await eventually(lambda: _is_row(shown()), 10, "the targets file's error")
+        row = await shown()
+        assert row is not None
+        assert row[2] == "0"
+        assert "labels.node" in row[3]
+        assert row[3].endswith("the last good targets are kept")
+
+
+async def _is_row(found: Awaitable[list[str] | None]) -> bool:
+    return await found is not None
+
+
+# The browser test: the demo, in this process, loaded by a real chromium.
+
+
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make tools` (make test does it)")
+    return CHROMIUM
+
+
+async def browse(profile: Path, *args: str, timeout: float = 60.0) -> str:
+    """Run headless chromium with ``args``; return its stdout. The loop serves meanwhile."""
+    process = await asyncio.create_subprocess_exec(
+        chromium(),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"chromium took longer than {timeout}s: {args}") from None
+    assert process.returncode == 0, err.decode(errors="replace")[-2000:]
+    return out.decode()
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height of a PNG, from its header; fails on anything else."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", head
+    assert head[12:16] == b"IHDR", head
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+@pytest.mark.timeout(240)  # up to 90 s of page loads, each a browser start, on a busy machine
+async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    with reserved_port() as port:
+        app, lines = demo_app(f"127.0.0.1:{port}", 4, 2.0, folder)
+        base = f"http://127.0.0.1:{port}"
+        assert lines[0] == f"Status page: {base}/"
+        flaky = lines[1].rpartition("flaky: ")[2]
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
+            dom = ""
+            shot = tmp_path / "status.png"
+
+            # The flaky monitor fails about every other scrape, and an agent whose
+            # push is late under load goes stale: load the page until both show.
+            # Each load dumps the DOM and takes the screenshot of that same page.
+            async def failing_in_browser() -> bool:
+                nonlocal dom
+                dom = await browse(
+                    tmp_path / "profile",
+                    "--hide-scrollbars",
+                    "--window-size=1400,1000",
+                    f"--screenshot={shot}",
+                    "--dump-dom",
+                    f"{base}/",
+                )
+                rows = Rows(dom).rows
+                agents = [row["node"] for row in rows if row["kind"] == "agent"]
+                failing = {"class": "source", "node": flaky, "state": "failing", "kind": "kai"}
+                return failing in rows and agents == [
+                    "gpu-node-001",
+                    "gpu-node-005",
+                    "gpu-node-006",
+                ]
+
+            await eventually(failing_in_browser, 90, f"chromium showing {flaky} failing, 3 agents")
+            _, cells = Rows(dom).row(flaky, "kai")
+            assert cells[3].strip() == "failing"
+            assert cells[-1].startswith(("http: HTTP 500", "timeout: no complete answer"))
+            assert png_size(shot) == (1400, 1000)
+            assert shot.stat().st_size > 30_000  # text, tables and badges, not a blank page
+        finally:
+            await runner.cleanup()
