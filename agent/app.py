@@ -25,8 +25,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from agent import region_scan
-from agent.nvml import NvmlSampler
 from agent.destinations import Fanout, PushOptions
+from agent.nvml import NvmlSampler
 from agent.push import token_reader
 from agent.settings import AgentSettings
 from core.content import TEXT_CONTENT_TYPE

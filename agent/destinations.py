@@ -110,7 +110,12 @@ class Fanout:
             found = await self._resolver(host, port)
         except OSError as exc:
             known = any(e.url == url for e in self.pushers)
-            log.warning("cannot resolve %s (%s); %s", host, exc, "keeping its addresses" if known else "pushing by name")
+            log.warning(
+                "cannot resolve %s (%s); %s",
+                host,
+                exc,
+                "keeping its addresses" if known else "pushing by name",
+            )
             return None if known else [None]
         return list(found) or [None]
 

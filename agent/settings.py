@@ -30,7 +30,9 @@ class AgentSettings(FileSettings):
         description="URL template of sharded collectors, {shard} standing for the shard index (e.g. http://huc-{shard}.huc-headless:9396); replaces --collector.",
     )
     shard_count: int | None = Field(
-        None, ge=1, description="How many shards --collector-shards has (the collectors' --shard-count)."
+        None,
+        ge=1,
+        description="How many shards --collector-shards has (the collectors' --shard-count).",
     )
     node: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", ""),

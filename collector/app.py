@@ -157,7 +157,9 @@ def _sources(
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
-                files = FileDiscovery(settings.targets_file, _sink(manager, "file", settings.shard, app[METRICS]))
+                files = FileDiscovery(
+                    settings.targets_file, _sink(manager, "file", settings.shard, app[METRICS])
+                )
                 synced.append(("the targets file", lambda: files.synced))
                 await stack.enter_async_context(tasks.running("targets file", files.run))
             api_client = None

@@ -133,10 +133,14 @@ class CollectorSettings(FileSettings):
         4, gt=0, description="PromQL queries evaluated at once; more wait their turn."
     )
     shard_count: int = Field(
-        1, ge=1, description="Shards the cluster's nodes are split over (by a hash of the node name)."
+        1,
+        ge=1,
+        description="Shards the cluster's nodes are split over (by a hash of the node name).",
     )
     shard_index: int = Field(
-        0, ge=0, description="This collector's shard, 0 .. shard-count - 1: it keeps only those nodes."
+        0,
+        ge=0,
+        description="This collector's shard, 0 .. shard-count - 1: it keeps only those nodes.",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(

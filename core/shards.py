@@ -37,3 +37,7 @@ class Shard:
     def holds(self, node: str) -> bool:
         """Whether this shard keeps ``node``'s data (always, with one shard)."""
         return self.count == 1 or shard_of(node, self.count) == self.index
+
+
+WHOLE = Shard()
+"""The one shard of an unsharded collector: it holds every node."""

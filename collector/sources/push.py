@@ -24,7 +24,7 @@ from collector.sources.auth import Authenticator, AuthError
 from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
 from core.payload import Card, Device, Payload, Region
-from core.shards import Shard, shard_of
+from core.shards import WHOLE, Shard, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class PushConfig:
     body_limit: int
     max_inflight: int
     priority: int
-    shard: Shard = Shard()
+    shard: Shard = WHOLE
 
 
 def decode(payload: Payload, pods: PodDirectory) -> tuple[Readings, int]:

@@ -36,7 +36,7 @@ from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail, S
 from collector.web.rest.openapi import openapi_document
 from collector.web.rest.presented import Presented, container_row, health
 from collector.web.usage import ContainerReading
-from core.shards import HASH_RULE, Shard, shard_of
+from core.shards import HASH_RULE, WHOLE, Shard, shard_of
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -48,9 +48,7 @@ class RestApi:
     is stale once its data is older than twice that.
     """
 
-    def __init__(
-        self, store_key: web.AppKey[Store], interval: float, shard: Shard = Shard()
-    ) -> None:
+    def __init__(self, store_key: web.AppKey[Store], interval: float, shard: Shard = WHOLE) -> None:
         self._store_key = store_key
         self._interval = interval
         self._shard = shard
