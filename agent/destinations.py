@@ -5,10 +5,11 @@ addresses (a headless Service: one address per replica) becomes one
 destination per address. Each destination is a :class:`~agent.push.Pusher`
 with its own backlog, ordered replay and backoff, run as its own supervised
 task, so a dead replica never delays the others. Names are resolved again
-every ``refresh`` seconds through the event loop's resolver: a replica that
-moved to a new address takes over the backlog of the address that went away
-(the gap it missed is replayed to it); one that went away with no successor
-takes its backlog with it.
+every ``refresh`` seconds through the event loop's resolver. The backlog of
+an address that went away (a replica restarting: a headless Service lists
+only ready pods) keeps taking snapshots, and the next new address of that URL
+takes it over, so the replica that comes back gets the gap replayed; one that
+no successor claims within ``backlog_seconds`` is dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -76,12 +78,17 @@ class Fanout:
         self._running: dict[Endpoint, Supervised] = {}
         self._resolver = resolver
         self._refresh = refresh
+        self.waiting: dict[str, list[tuple[float, Backlog]]] = {}
+        """Per URL, the backlogs of addresses that went away, and since when, oldest first."""
 
     def submit(self, payload: Payload) -> None:
         """Queue a snapshot for every destination; packed once, never blocks."""
         item = packed(payload)
         for pusher in self.pushers.values():
             pusher.enqueue(item)
+        for orphans in self.waiting.values():
+            for _, backlog in orphans:
+                backlog.append(item)
 
     async def run(self) -> None:
         """Resolve every URL now and every ``refresh`` seconds, forever."""
@@ -125,14 +132,15 @@ class Fanout:
         if gone:
             await self._tasks.stop([self._running.pop(e) for e in gone])
         # A replica that moved: its successor inherits the backlog of an address that left.
-        orphans = [self.pushers.pop(e).backlog for e in gone]
+        now = time.monotonic()
+        orphans = self.waiting.setdefault(url, [])
+        orphans.extend((now, self.pushers.pop(e).backlog) for e in gone)
         for endpoint in wanted:
-            if endpoint in self.pushers:
-                continue
-            backlog = orphans.pop(0) if orphans else self._backlog()
-            self._start(endpoint, backlog)
-        for backlog in orphans:
-            log.warning("dropping %d snapshots queued for an address that left", len(backlog))
+            if endpoint not in self.pushers:
+                self._start(endpoint, orphans.pop(0)[1] if orphans else self._backlog())
+        while orphans and now - orphans[0][0] > self._options.backlog_seconds:
+            dropped = orphans.pop(0)[1]
+            log.warning("dropping %d snapshots of an address gone for good", len(dropped))
 
     def _backlog(self) -> Backlog:
         return Backlog(self._options.backlog_seconds, self._options.backlog_bytes)

@@ -158,6 +158,14 @@ async def test_a_replica_that_moves_takes_over_the_backlog_of_the_address_it_lef
             assert out.pushers[Endpoint(out.urls[0], "127.0.0.3")].backlog is moved
             assert len(moved) == 3
             assert sorted(tasks.dead()) == []
+            addresses["huc.test"] = ["127.0.0.1"]  # .3 restarts: out of the Service meanwhile
+            await out.update()
+            out.submit(snapshot("node-a", 3))
+            addresses["huc.test"] = ["127.0.0.1", "127.0.0.2"]
+            await out.update()
+            back = out.pushers[Endpoint(out.urls[0], "127.0.0.2")].backlog
+            assert back is moved
+            assert len(back) == 4, "the gap while it was away is queued for it too"
 
 
 async def test_a_name_that_does_not_resolve_is_pushed_by_name_until_it_does() -> None:
