@@ -103,11 +103,6 @@ class Fanout:
             if addresses is not None:
                 await self._reconcile(url, addresses)
 
-    async def close(self) -> None:
-        """Stop every destination's task."""
-        await self._tasks.stop(self._running.values())
-        self._running.clear()
-
     async def _addresses(self, url: str) -> list[str | None] | None:
         """The addresses of ``url``'s host; None to keep what it has (the name did not resolve)."""
         parts = urllib.parse.urlsplit(url)
@@ -115,7 +110,7 @@ class Fanout:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             found = await self._resolver(host, port)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
             known = any(e.url == url for e in self.pushers)
             log.warning(
                 "cannot resolve %s (%s); %s",
