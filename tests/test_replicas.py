@@ -11,6 +11,7 @@ import aiohttp
 from aiohttp import web
 from helpers import eventually, holds, reserved_port
 
+from agent.app import PushMetrics
 from agent.destinations import Endpoint, Fanout, PushOptions, resolve
 from agent.push import Backlog, Pusher
 from collector.app import STORE, build_app
@@ -217,3 +218,15 @@ async def test_each_agent_pushes_to_its_nodes_shard_only() -> None:
         finally:
             for shard in shards:
                 await shard.down()
+
+
+async def test_the_agents_push_metrics_have_one_series_per_destination() -> None:
+    with reserved_port(*HOSTS) as port:  # nothing listens: both backlogs keep the snapshot
+        async with Supervisor() as tasks:
+            out = fanout([f"http://huc.test:{port}"], tasks, {"huc.test": [*HOSTS]})
+            await out.update()
+            out.submit(snapshot("node-a", 0))
+            families = {f.name: f for f in PushMetrics(out).collect()}
+    waiting = families["hami_agent_backlog_snapshots"].samples
+    assert sorted((s.labels["address"], s.value) for s in waiting) == [(h, 1.0) for h in HOSTS]
+    assert {s.labels["collector"] for s in waiting} == {f"http://huc.test:{port}"}
