@@ -358,6 +358,7 @@ def summarise(
         "replay_after_restart_s": round(replay, 2),
         "agents": totals,
         "wall_s": round(wall, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "collector_cpu_s": {k: round(v, 1) for k, v in cpu.items()},
         "collector_cpu_s_total": round(collector_cpu, 1),
         "collector_cpu_us_per_accepted_push": round(collector_cpu / pushes * 1e6, 1)
@@ -400,7 +401,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"(8 collector processes on 127.0.<replica+1>.<shard+1>), pushed by the agent's own "
         f"push code (one fan-out per node, {r['agents']['destinations']:,} destinations), "
         f"{r['series_per_node']} series per node (1 card, no region: fewer than a real node, "
-        f"to fit this 2-core machine), {r['rounds']} rounds back to back, {r['wall_s']} s in all. "
+        f"to fit this 2-core machine), {r['rounds']} rounds back to back, {r['wall_s']} s in all "
+        f"(load average after: {', '.join(map(str, r['load_average_after']))}: the machine is "
+        "shared, so the seconds below are wall time under that load, not capacity). "
         f"Hash: `{r['hash']}`. See `bench/shards.py`.",
         "",
         "| check | result |",
