@@ -140,7 +140,8 @@ def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
 def supervisor(registry: CollectorRegistry) -> Supervisor:
     """A supervisor whose restarts ``registry`` counts in ``hami_agent_task_restarts_total{task}``.
 
-    The label names the loop (``push``, ``sample``): the agent has no others.
+    The label names the kind of loop (``push``, one per destination; ``resolve``;
+    ``sample``): the agent has no others.
     """
     restarts = Counter(
         "hami_agent_task_restarts",

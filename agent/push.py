@@ -8,8 +8,8 @@ A pusher sends to one collector address; :mod:`agent.destinations` runs one
 per replica, each with its own backlog, so a dead replica delays no other.
 
 Requests go through the standard library's ``http.client`` in a worker thread,
-one at a time: a DaemonSet on every GPU node has a memory goal (< 40 MiB) that
-importing an async HTTP library alone would use a third of.
+one at a time per destination: a DaemonSet on every GPU node has a memory goal
+(< 40 MiB) that importing an async HTTP library alone would use a third of.
 """
 
 from __future__ import annotations
