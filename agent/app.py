@@ -16,16 +16,18 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from agent import region_scan
+from agent.destinations import Fanout, PushOptions
 from agent.nvml import NvmlSampler
-from agent.push import Backlog, Pusher, token_reader
+from agent.push import token_reader
 from agent.settings import AgentSettings
 from core.content import TEXT_CONTENT_TYPE
 from core.payload import Device, Payload, Region
@@ -138,7 +140,8 @@ def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
 def supervisor(registry: CollectorRegistry) -> Supervisor:
     """A supervisor whose restarts ``registry`` counts in ``hami_agent_task_restarts_total{task}``.
 
-    The label names the loop (``push``, ``sample``): the agent has no others.
+    The label names the kind of loop (``push``, one per destination; ``resolve``;
+    ``sample``): the agent has no others.
     """
     restarts = Counter(
         "hami_agent_task_restarts",
@@ -199,16 +202,19 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
     nvml = start_nvml(settings.nvml, nvml_module)
     sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
     token = token_reader(str(settings.token_file) if settings.token_file else None)
-    backlog = Backlog(settings.backlog_seconds, settings.backlog_bytes)
-    pusher = Pusher(settings.collector, token, backlog, settings.push_timeout)
-    _push_metrics(sampler.registry, pusher)
+    options = PushOptions(
+        token, settings.backlog_seconds, settings.backlog_bytes, settings.push_timeout
+    )
     tasks = supervisor(sampler.registry)
+    fanout = Fanout(settings.collector_urls(), options, tasks)
+    sampler.registry.register(PushMetrics(fanout))
     server = serve_health(*parse_listen(settings.listen), sampler.registry, tasks.dead)
     log.info("listening on http://%s:%d", *server.server_address[:2])
     try:
         async with tasks:
-            tasks.start("push", pusher.run)
-            tasks.start("sample", functools.partial(sample, sampler, pusher, settings.interval))
+            await fanout.update()  # the first snapshot finds its destinations
+            tasks.start("resolve", fanout.run)
+            tasks.start("sample", functools.partial(sample, sampler, fanout, settings.interval))
             await stop.wait()
     finally:
         server.shutdown()
@@ -217,46 +223,49 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
             nvml.close()
 
 
-async def sample(sampler: Sampler, pusher: Pusher, interval: float) -> None:
+async def sample(sampler: Sampler, fanout: Fanout, interval: float) -> None:
     """Take a snapshot every ``interval`` seconds and queue it; never waits on the network."""
     next_at = time.monotonic()
     while True:
         payload = await asyncio.to_thread(sampler.snapshot)
-        pusher.submit(payload)
+        fanout.submit(payload)
         next_at += interval
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def _push_metrics(registry: CollectorRegistry, pusher: Pusher) -> None:
-    backlog = Gauge(
-        "hami_agent_backlog_snapshots", "Snapshots waiting to be accepted.", registry=registry
-    )
-    backlog.set_function(lambda: len(pusher.backlog))
-    size = Gauge(
-        "hami_agent_backlog_bytes", "Bytes of gzipped snapshots waiting.", registry=registry
-    )
-    size.set_function(lambda: pusher.backlog.bytes)
-    for name, help_text, read in (
-        (
-            "hami_agent_pushes_accepted",
-            "Snapshots the collector accepted.",
-            lambda: pusher.stats.accepted,
-        ),
-        (
-            "hami_agent_pushes_refused",
-            "Snapshots the collector refused for good (400, 413).",
-            lambda: pusher.stats.refused,
-        ),
-        (
-            "hami_agent_push_failures",
-            "Push attempts that failed and will be retried.",
-            lambda: pusher.stats.failed,
-        ),
-        (
-            "hami_agent_backlog_dropped",
-            "Snapshots dropped from a full backlog.",
-            lambda: pusher.backlog.dropped,
-        ),
-    ):
-        gauge = Gauge(name, help_text, registry=registry)
-        gauge.set_function(read)
+_PUSH_FAMILIES = (
+    ("hami_agent_backlog_snapshots", "Snapshots waiting to be accepted.", lambda p: len(p.backlog)),
+    ("hami_agent_backlog_bytes", "Bytes of gzipped snapshots waiting.", lambda p: p.backlog.bytes),
+    ("hami_agent_pushes_accepted", "Snapshots the collector accepted.", lambda p: p.stats.accepted),
+    (
+        "hami_agent_pushes_refused",
+        "Snapshots the collector refused for good (400, 413).",
+        lambda p: p.stats.refused,
+    ),
+    (
+        "hami_agent_push_failures",
+        "Push attempts that failed and will be retried.",
+        lambda p: p.stats.failed,
+    ),
+    (
+        "hami_agent_backlog_dropped",
+        "Snapshots dropped from a full backlog.",
+        lambda p: p.backlog.dropped,
+    ),
+)
+
+
+class PushMetrics:
+    """The push families, one series per destination (``collector`` URL, ``address``)."""
+
+    def __init__(self, fanout: Fanout) -> None:
+        self._fanout = fanout
+
+    def collect(self) -> Iterator[Metric]:
+        """Read every destination's backlog and counters at scrape time."""
+        pushers = list(self._fanout.pushers.items())  # the health thread reads; copy at once
+        for name, help_text, read in _PUSH_FAMILIES:
+            family = GaugeMetricFamily(name, help_text, labels=["collector", "address"])
+            for endpoint, pusher in pushers:
+                family.add_metric([endpoint.url, endpoint.address or ""], read(pusher))
+            yield family

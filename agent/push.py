@@ -4,10 +4,12 @@ The sampler hands each snapshot to :meth:`Pusher.submit`, which only queues it.
 One sender task drains the queue oldest first. While the collector is away the
 queue is the backlog: bounded by age and by bytes (oldest dropped first), and
 replayed in order once the collector answers again, so history has no gap.
+A pusher sends to one collector address; :mod:`agent.destinations` runs one
+per replica, each with its own backlog, so a dead replica delays no other.
 
 Requests go through the standard library's ``http.client`` in a worker thread,
-one at a time: a DaemonSet on every GPU node has a memory goal (< 40 MiB) that
-importing an async HTTP library alone would use a third of.
+one at a time per destination: a DaemonSet on every GPU node has a memory goal
+(< 40 MiB) that importing an async HTTP library alone would use a third of.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import gzip
 import http.client
 import logging
 import random
+import socket
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
@@ -81,8 +84,19 @@ class PushStats:
     last_error: str | None = None
 
 
+def packed(payload: Payload) -> Queued:
+    """A snapshot as it is sent: gzipped JSON (level 1: the agent's CPU matters more)."""
+    body = gzip.compress(payload.model_dump_json(exclude_none=True).encode(), compresslevel=1)
+    return Queued(body, payload.time, payload.sequence)
+
+
 class Pusher:
-    """Owns the backlog and the one task that sends it."""
+    """Owns the backlog and the one task that sends it, to one collector.
+
+    With ``address``, every request connects to that address while the Host
+    header and the TLS server name stay the URL's host: one replica behind a
+    headless Service's name.
+    """
 
     def __init__(
         self,
@@ -91,9 +105,11 @@ class Pusher:
         backlog: Backlog,
         request_timeout: float = 10.0,
         backoff: tuple[float, float] = (0.5, 30.0),
+        address: str | None = None,
     ) -> None:
         self.backlog = backlog
         self.stats = PushStats()
+        self.address = address
         self._url = urllib.parse.urlsplit(url.rstrip("/") + "/api/v1/push")
         self._token = token
         self._timeout = request_timeout
@@ -102,8 +118,11 @@ class Pusher:
 
     def submit(self, payload: Payload) -> None:
         """Queue a snapshot; never blocks on the network."""
-        body = gzip.compress(payload.model_dump_json(exclude_none=True).encode(), compresslevel=1)
-        self.backlog.append(Queued(body, payload.time, payload.sequence))
+        self.enqueue(packed(payload))
+
+    def enqueue(self, item: Queued) -> None:
+        """Queue an already packed snapshot (one body shared by every destination)."""
+        self.backlog.append(item)
         self._ready.set()
 
     async def run(self) -> None:
@@ -157,6 +176,14 @@ class Pusher:
             else http.client.HTTPConnection
         )
         connection = kind(self._url.netloc, timeout=self._timeout)
+        if self.address is not None:
+            # http.client connects through this attribute, and takes the Host header
+            # and the TLS server name from the host it was given: pinning the address
+            # here keeps both. Its own name for the hook, not in typeshed.
+            address = self.address
+            connection._create_connection = lambda where, *rest: socket.create_connection(  # type: ignore[attr-defined]
+                (address, where[1]), *rest
+            )
         try:
             connection.request("POST", self._url.path, body, headers)
             response = connection.getresponse()

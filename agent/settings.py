@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from core.settings import CommaList, FileSettings, parse_listen
+from core.shards import shard_of
 
 ENV_PREFIX = "HAMI_AGENT_"
 
@@ -19,8 +21,18 @@ class AgentSettings(FileSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
-    collector: str = Field(
-        "http://hami-usage-collector:9396", description="Base URL of the collector to push to."
+    collector: CommaList = Field(
+        default_factory=lambda: ["http://hami-usage-collector:9396"],
+        description="Base URLs of the collector to push to; each address a name resolves to (every replica behind a headless Service) gets every snapshot.",
+    )
+    collector_shards: str | None = Field(
+        None,
+        description="URL template of sharded collectors, {shard} standing for the shard index (e.g. http://huc-{shard}.huc-headless:9396); replaces --collector.",
+    )
+    shard_count: int | None = Field(
+        None,
+        ge=1,
+        description="How many shards --collector-shards has (the collectors' --shard-count).",
     )
     node: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", ""),
@@ -64,7 +76,43 @@ class AgentSettings(FileSettings):
 
     @field_validator("collector")
     @classmethod
-    def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    def _urls(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("expected at least one URL")
+        for url in value:
+            _check_url(url)
         return value
+
+    @field_validator("collector_shards")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None:
+            if "{shard}" not in value:
+                raise ValueError(f"expected {{shard}} in the URL template, got {value!r}")
+            _check_url(value.replace("{shard}", "0"))
+        return value
+
+    @model_validator(mode="after")
+    def _sharding(self) -> AgentSettings:
+        if (self.collector_shards is None) != (self.shard_count is None):
+            raise ValueError("collector-shards and shard-count go together")
+        if self.collector_shards is not None and "collector" in self.model_fields_set:
+            raise ValueError("set either collector or collector-shards, not both")
+        return self
+
+    def collector_urls(self) -> list[str]:
+        """The URLs to push to: this node's shard's, when the collectors are sharded."""
+        if self.collector_shards is None or self.shard_count is None:
+            return list(self.collector)
+        shard = shard_of(self.node, self.shard_count)
+        return [self.collector_shards.replace("{shard}", str(shard))]
+
+
+def _check_url(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL with a host, got {url!r}")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError as exc:
+        raise ValueError(f"bad port in {url!r}: {exc}") from None

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent, cluster, ingest, memory, page, push, query, serve, status
+from bench import agent, cluster, ingest, memory, page, push, query, serve, shards, status
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -65,6 +65,8 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += agent_rows(r["agent"])
     if "status" in r:
         out += status_rows(r["status"])
+    if "shards" in r:
+        out += shards_rows(r["shards"])
     return out
 
 
@@ -288,6 +290,34 @@ def status_rows(s: dict[str, Any]) -> list[Row]:
     ]
 
 
+def shards_rows(s: dict[str, Any]) -> list[Row]:
+    """Nodes over shards x replicas, and a replica killed mid-run (also in ``shards.md``)."""
+    layout = f"{s['nodes']:,} nodes, {s['shards']} shards x {s['replicas']} replicas"
+    placed = s["every_node_in_exactly_one_shard"] and s["replicas_hold_the_same_nodes"]
+    kept = s["peers_hold_every_round"] and s["restarted_holds_every_round_since_the_kill"]
+    down = [d["delivered_to_live_replicas_s"] for d in s["delivery"] if d["replica_down"]]
+    up = [d["delivered_to_live_replicas_s"] for d in s["delivery"][:1]]
+    return [
+        Row(
+            f"{layout}: every node in exactly one shard",
+            ", ".join(f"{n:,}" for n in s["nodes_per_shard"].values()) + " nodes per shard",
+            "each node once",
+            "-",
+            "-",
+            _mark(placed and s["placement_agrees_with_the_hash"]),
+        ),
+        Row(
+            f"{layout}: replica {s['killed']} killed for {len(down)} rounds",
+            f"peers hold {s['rounds']}/{s['rounds']} rounds of every node; restarted one "
+            f"replayed in {s['replay_after_restart_s']} s",
+            "no pushed interval lost",
+            f"round to live replicas: {up[0]} s all up, {max(down)} s one down",
+            "-",
+            _mark(kept and s["each_series_once_per_replica"]),
+        ),
+    ]
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
@@ -426,6 +456,7 @@ def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "push": push.run,
         "agent": agent.run,
         "status": status.run,
+        "shards": shards.run,
         "query": run_query,
     }
 

@@ -40,6 +40,7 @@ from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
+from core.shards import Shard
 from core.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app[METRICS] = metrics
     app[TASKS] = Supervisor(metrics.restarted)
     app[SYNCED] = []
+    metrics.shard.labels(str(settings.shard_index), str(settings.shard_count)).set(1)
     app.cleanup_ctx.append(_scraping)
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
@@ -81,7 +83,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.router.add_routes(PrometheusAPI.from_settings(store, settings).routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
-    rest_api = RestApi(STORE, settings.interval)
+    rest_api = RestApi(STORE, settings.interval, settings.shard)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
     app[DISCOVERY] = []
@@ -160,7 +162,9 @@ def _sources(
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
-                files = FileDiscovery(settings.targets_file, _sink(manager, "file"))
+                files = FileDiscovery(
+                    settings.targets_file, _sink(manager, "file", settings.shard, app[METRICS])
+                )
                 synced.append(("the targets file", lambda: files.synced))
                 app[DISCOVERY].append(lambda: [files.status()])
                 await stack.enter_async_context(tasks.running("targets file", files.run))
@@ -173,7 +177,7 @@ def _sources(
                     client.CoreV1Api(api_client),
                     settings.monitors(),
                     settings.namespaces,
-                    _sink(manager, "kubernetes"),
+                    _sink(manager, "kubernetes", settings.shard, app[METRICS]),
                     timeouts,
                 )
                 synced.append(("discovery", lambda: kube.synced))
@@ -193,6 +197,7 @@ def _sources(
                 settings.push_body_limit,
                 settings.push_max_inflight,
                 _priorities(settings)[SourceKind.AGENT],
+                settings.shard,
             )
             app[PUSH] = PushReceiver(app[STORE], app[METRICS], auth, pods, config)
             yield
@@ -223,9 +228,18 @@ def _authenticator(
     return Refuse("pushes are off: run with Kubernetes, or set --push-token-file")
 
 
-def _sink(manager: ScrapeManager, provider: str) -> Callable[[list[Target]], Awaitable[None]]:
+def _sink(
+    manager: ScrapeManager, provider: str, shard: Shard, metrics: SelfMetrics
+) -> Callable[[list[Target]], Awaitable[None]]:
+    """Hand ``provider``'s targets to the scrape manager, those of this shard's nodes only."""
+    skipped: dict[str, int] = {}
+
     async def sink(targets: list[Target]) -> None:
-        await manager.sync(provider, targets)
+        kept = [t for t in targets if shard.holds(t.node)]
+        if shard.count > 1:
+            skipped[provider] = len(targets) - len(kept)
+            metrics.skipped(sum(skipped.values()))
+        await manager.sync(provider, kept)
 
     return sink
 

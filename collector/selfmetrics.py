@@ -77,6 +77,17 @@ class SelfMetrics:
             ["task"],
             registry=r,
         )
+        self.shard = Gauge(
+            _PREFIX + "shard",
+            "This collector's shard: 1, labelled with its index and the shard count.",
+            ["index", "count"],
+            registry=r,
+        )
+        self.other_shards = Gauge(
+            _PREFIX + "other_shard_targets",
+            "Discovered targets skipped because another shard holds their node.",
+            registry=r,
+        )
         info = Gauge(
             _PREFIX + "build_info",
             "Build of this collector.",
@@ -109,6 +120,11 @@ class SelfMetrics:
         )
         self.unowned.inc(unowned)
         self._accepted(batch)
+
+    def skipped(self, count: int) -> None:
+        """Record how many discovered targets belong to other shards."""
+        self.other_shards.set(count)
+        self.version += 1
 
     def push_refused(self, reason: str) -> None:
         """Record a refused push."""

@@ -15,6 +15,7 @@ from pydantic_settings import SettingsConfigDict
 
 from collector.schema import Flavour, SourceKind
 from core.settings import CommaList, FileSettings, is_loopback, parse_listen
+from core.shards import Shard
 
 
 class CollectorSettings(FileSettings):
@@ -131,6 +132,16 @@ class CollectorSettings(FileSettings):
     query_max_concurrency: int = Field(
         4, gt=0, description="PromQL queries evaluated at once; more wait their turn."
     )
+    shard_count: int = Field(
+        1,
+        ge=1,
+        description="Shards the cluster's nodes are split over (by a hash of the node name).",
+    )
+    shard_index: int = Field(
+        0,
+        ge=0,
+        description="This collector's shard, 0 .. shard-count - 1: it keeps only those nodes.",
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."
@@ -152,6 +163,10 @@ class CollectorSettings(FileSettings):
             raise ValueError("push-auth token needs push-token-file")
         if self.push_auth == "tokenreview" and not self.kubernetes:
             raise ValueError("push-auth tokenreview needs kubernetes")
+        if self.shard_index >= self.shard_count:
+            raise ValueError(
+                f"shard-index ({self.shard_index}) must be below shard-count ({self.shard_count})"
+            )
         if sorted(self.priority) != sorted(SourceKind):
             raise ValueError(f"priority must order exactly {','.join(SourceKind)}")
         return self
@@ -164,6 +179,11 @@ class CollectorSettings(FileSettings):
             Flavour.KAI: (self.kai_selector, self.kai_port),
         }
         return {flavour: known[flavour] for flavour in map(Flavour, self.flavours)}
+
+    @property
+    def shard(self) -> Shard:
+        """The shard of nodes this collector keeps."""
+        return Shard(self.shard_index, self.shard_count)
 
     @property
     def stale_seconds(self) -> float:

@@ -29,6 +29,7 @@ from helpers import prometheus_tool
 
 from agent.settings import AgentSettings
 from collector.settings import CollectorSettings
+from core.shards import shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
 HELM = ROOT / ".tools" / "helm" / "helm"
@@ -72,9 +73,13 @@ COLLECTOR_OWNED = {
     "push_service_accounts",
     "log_format",
     "log_level",
+    "shard_count",
+    "shard_index",
 }
 AGENT_OWNED = {
     "collector",
+    "collector_shards",
+    "shard_count",
     "node",
     "roots",
     "nvml",
@@ -148,6 +153,11 @@ def env_of(workload: Doc) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container(workload).get("env", []) if "value" in e}
 
 
+def collectors(docs: Sequence[Doc]) -> list[Doc]:
+    """The collector's workloads: its Deployment, or one StatefulSet per shard."""
+    return find(docs, "Deployment") + find(docs, "StatefulSet")
+
+
 def rules(role: Doc) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
@@ -168,6 +178,7 @@ def test_ci_matrix_covers_the_cases() -> None:
         "namespaced",
         "namespaced-agent-off",
         "replicas",
+        "sharded",
         "hami",
         "volcano",
         "kai",
@@ -270,7 +281,7 @@ def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
 
 def test_every_container_is_locked_down(rendered: dict[str, list[Doc]]) -> None:
     for name, docs in rendered.items():
-        for workload in find(docs, "Deployment") + find(docs, "DaemonSet"):
+        for workload in collectors(docs) + find(docs, "DaemonSet"):
             pod = workload["spec"]["template"]["spec"]
             where = f"{name}: {workload['kind']}"
             assert pod["securityContext"]["runAsNonRoot"] is True, where
@@ -315,7 +326,9 @@ def test_pdb_with_two_replicas(rendered: dict[str, list[Doc]]) -> None:
     assert one(docs, "Deployment")["spec"]["replicas"] == 2
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
-    assert pdb["spec"]["selector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
+    assert (
+        pdb["spec"]["selector"]["matchLabels"] == one(docs, "Service", FULLNAME)["spec"]["selector"]
+    )
 
 
 def test_agent_daemonset(rendered: dict[str, list[Doc]]) -> None:
@@ -420,11 +433,12 @@ def unknown_settings(env: Mapping[str, str], prefix: str, model: type[S]) -> set
 
 def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> None:
     for name, docs in rendered.items():
-        env = env_of(one(docs, "Deployment"))
-        assert not unknown_settings(env, "HAMI_COLLECTOR_", CollectorSettings), name
-        collector = settings_from(CollectorSettings, env)
-        assert collector.listen == "0.0.0.0:9396", name
-        assert collector.log_format == "json", name
+        for workload in collectors(docs):
+            env = env_of(workload)
+            assert not unknown_settings(env, "HAMI_COLLECTOR_", CollectorSettings), name
+            collector = settings_from(CollectorSettings, env)
+            assert collector.listen == "0.0.0.0:9396", name
+            assert collector.log_format == "json", name
         for ds in find(docs, "DaemonSet"):
             assert not unknown_settings(env_of(ds), "HAMI_AGENT_", AgentSettings), name
             agent = settings_from(AgentSettings, {**env_of(ds), "NODE_NAME": "gpu-node-1"})
@@ -541,10 +555,17 @@ def test_monitor_kinds_match_their_crds(rendered: dict[str, list[Doc]]) -> None:
             # Required by the CRDs: the selector (and, to scrape anything, endpoints).
             selector = spec["selector"]["matchLabels"]
             if kind == "ServiceMonitor":
-                labels = one(docs, "Service")["metadata"]["labels"]
+                # only the headless Service: one target per collector pod, none twice
+                chosen = [
+                    s["metadata"]["name"]
+                    for s in find(docs, "Service")
+                    if selector.items() <= s["metadata"]["labels"].items()
+                ]
+                assert chosen == [f"{FULLNAME}-headless"], where
             else:
-                labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
-            assert selector.items() <= labels.items(), where
+                for workload in collectors(docs):
+                    labels = workload["spec"]["template"]["metadata"]["labels"]
+                    assert selector.items() <= labels.items(), where
             assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}, where
             endpoints = spec["endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"]
             assert endpoints, where
@@ -703,7 +724,7 @@ def test_notes_print_the_urls() -> None:
         "-f", CHART / "ci" / "namespaced-values.yaml", "--set", "collector.replicas=2"
     )
     assert "cluster-wide read access to pods" in namespaced
-    assert "collector.replicas=2 with the agent on" in namespaced
+    assert "agents push to every one of them" in namespaced
     assert "does not serve" in notes("--set", "monitor.enabled=true")
 
 
@@ -757,3 +778,89 @@ def test_bad_values_are_refused(args: list[str], message: str) -> None:
 def test_lint_refuses_bad_values_too() -> None:
     with pytest.raises(HelmError, match="/collector/replicas"):
         helm("lint", "--strict", CHART, "--set", "collector.replicas=two")
+
+
+# --- replicas and shards ----------------------------------------------------------------
+
+
+def test_replicas_push_through_the_headless_service_with_anti_affinity(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    docs = rendered["replicas"]
+    headless = one(docs, "Service", f"{FULLNAME}-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["selector"] == one(docs, "Service", FULLNAME)["spec"]["selector"]
+    agent = settings_from(
+        AgentSettings, {**env_of(one(docs, "DaemonSet")), "NODE_NAME": "gpu-node-1"}
+    )
+    assert agent.collector_urls() == [f"http://{FULLNAME}-headless.{NAMESPACE}:9396"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert selector == headless["spec"]["selector"]
+    # one replica: the plain Service, no anti-affinity, no PDB
+    default = rendered["default"]
+    assert "affinity" not in one(default, "Deployment")["spec"]["template"]["spec"]
+    assert env_of(one(default, "DaemonSet"))["HAMI_AGENT_COLLECTOR"] == URL
+
+
+def test_shards_are_statefulsets_that_agents_find_by_their_nodes_shard(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    docs = rendered["sharded"]
+    assert not find(docs, "Deployment")
+    sets = find(docs, "StatefulSet")
+    assert [s["metadata"]["name"] for s in sets] == [f"{FULLNAME}-shard-{i}" for i in range(4)]
+    agent_env = {**env_of(one(docs, "DaemonSet")), "NODE_NAME": "gpu-node-1"}
+    agent = settings_from(AgentSettings, agent_env)
+    assert agent.shard_count == 4
+    for index, workload in enumerate(sets):
+        spec = workload["spec"]
+        assert spec["replicas"] == 2
+        settings = settings_from(CollectorSettings, env_of(workload))
+        assert (settings.shard_index, settings.shard_count) == (index, 4)
+        # its headless Service names exactly its pods, and is what the agents resolve
+        service = one(docs, "Service", spec["serviceName"])
+        assert service["spec"]["clusterIP"] == "None"
+        labels = spec["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        assert labels["hami-usage-collector/shard"] == str(index)
+        node = next(f"gpu-node-{n}" for n in range(100) if shard_of(f"gpu-node-{n}", 4) == index)
+        urls = settings_from(AgentSettings, {**agent_env, "NODE_NAME": node}).collector_urls()
+        assert urls == [f"http://{service['metadata']['name']}.{NAMESPACE}:9396"]
+        # a PDB and required anti-affinity per shard
+        pdb = one(docs, "PodDisruptionBudget", spec["serviceName"])
+        assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+        affinity = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    # the ServiceMonitor scrapes every pod of every shard through the headless Service
+    monitor = one(docs, "ServiceMonitor")
+    headless = one(docs, "Service", f"{FULLNAME}-headless")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= headless["metadata"]["labels"].items()
+    )
+    for workload in sets:
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert headless["spec"]["selector"].items() <= labels.items()
+
+
+def test_notes_of_the_sharded_layout() -> None:
+    text = notes("-f", CHART / "ci" / "sharded-values.yaml")
+    assert "4 shards x 2 replicas" in text
+    assert f"http://{FULLNAME}-shard-{{shard}}.{NAMESPACE}:9396" in text
+    assert "WARNING" not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "collector.shards=0"], "/collector/shards"),
+        (["--set", "collector.antiAffinity=strict"], "/collector/antiAffinity"),
+    ],
+)
+def test_bad_scaling_values_are_refused(args: list[str], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        template(*args)

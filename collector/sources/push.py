@@ -1,7 +1,7 @@
 """``POST /api/v1/push``: agents' raw readings, checked, attributed and turned into canonical series.
 
 The series are exactly those a HAMi v2.10 monitor would export for the same
-readings. Order of checks: size, credentials, payload, node binding, sequence;
+readings. Order of checks: size, credentials, payload, node binding, shard, sequence;
 nothing from a refused payload reaches the store.
 """
 
@@ -24,6 +24,7 @@ from collector.sources.auth import Authenticator, AuthError
 from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
 from core.payload import Card, Device, Payload, Region
+from core.shards import WHOLE, Shard, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class PushConfig:
     body_limit: int
     max_inflight: int
     priority: int
+    shard: Shard = WHOLE
 
 
 def decode(payload: Payload, pods: PodDirectory) -> tuple[Readings, int]:
@@ -185,6 +187,7 @@ class PushReceiver:
             raise _Refused(
                 403, "wrong_node", f"{caller.name} runs on {caller.node}, not {payload.node}"
             )
+        self._check_shard(payload.node)
         seen = self._seen.get(payload.node)
         if seen is not None and seen[0] == payload.agent and payload.sequence <= seen[1]:
             return web.Response(status=204)
@@ -203,6 +206,19 @@ class PushReceiver:
         self._store.put(source, batch, time.monotonic(), sampled=payload.time)
         self._metrics.pushed(source, batch, unowned, payload.time)
         return web.Response(status=204)
+
+    def _check_shard(self, node: str) -> None:
+        """Refuse (421) a node of another shard, naming that shard: the agent was misdirected."""
+        shard = self._config.shard
+        if shard.holds(node):
+            return
+        right = shard_of(node, shard.count)
+        raise _Refused(
+            421,
+            "misdirected",
+            f"node {node!r} belongs to shard {right} of {shard.count}; this is shard {shard.index}",
+            {"shard": right, "shard_count": shard.count, "this_shard": shard.index},
+        )
 
     def forget(self, node: str) -> None:
         """Drop what is remembered of a node whose agent went stale."""

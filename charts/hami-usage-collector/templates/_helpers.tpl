@@ -87,6 +87,34 @@ app.kubernetes.io/component: agent
 {{- printf "http://%s.%s:%d" (include "huc.fullname" .) .Release.Namespace (int .Values.service.port) -}}
 {{- end -}}
 
+{{/* The headless Service of every collector pod. */}}
+{{- define "huc.headless" -}}
+{{- printf "%s-headless" (include "huc.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The StatefulSet and headless Service of one shard; (list $ INDEX). */}}
+{{- define "huc.shardName" -}}
+{{- printf "%s-shard-%d" (include "huc.fullname" (index . 0)) (int (index . 1)) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Where the agents push, as env entries: the shard URL template and the shard count when
+     sharded; else the headless Service (every replica) or, with one replica, the Service. */}}
+{{- define "huc.agentCollectorEnv" -}}
+{{- $ns := .Release.Namespace -}}
+{{- if gt (int .Values.collector.shards) 1 -}}
+- name: HAMI_AGENT_COLLECTOR_SHARDS
+  value: {{ printf "http://%s-shard-{shard}.%s:9396" (include "huc.fullname" .) $ns | quote }}
+- name: HAMI_AGENT_SHARD_COUNT
+  value: {{ .Values.collector.shards | quote }}
+{{- else if gt (int .Values.collector.replicas) 1 -}}
+- name: HAMI_AGENT_COLLECTOR
+  value: {{ printf "http://%s.%s:9396" (include "huc.headless" .) $ns | quote }}
+{{- else -}}
+- name: HAMI_AGENT_COLLECTOR
+  value: {{ include "huc.url" . | quote }}
+{{- end -}}
+{{- end -}}
+
 {{/* Service accounts allowed to push, namespace/name, comma-separated ("" = pushes off). */}}
 {{- define "huc.pushServiceAccounts" -}}
 {{- $accounts := list -}}

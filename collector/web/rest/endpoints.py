@@ -13,7 +13,14 @@ from typing import Any, Literal, TypeVar
 from multidict import MultiMapping
 from pydantic import BaseModel
 
-from collector.web.rest.models import ApiError, ContainerList, NodeDetail, NodeList, PodDetail
+from collector.web.rest.models import (
+    ApiError,
+    ContainerList,
+    NodeDetail,
+    NodeList,
+    PodDetail,
+    ShardInfo,
+)
 
 PREFIX = "/api/v1"
 
@@ -134,8 +141,30 @@ GET_POD = Endpoint(
     ),
     (404,),
 )
+SHARDS = Endpoint(
+    f"{PREFIX}/shards",
+    "getShards",
+    "This collector's shard (index, count, hash rule) and the nodes it holds",
+    ShardInfo,
+    (
+        Param(
+            "node",
+            "query",
+            "A node name: node_shard says which shard holds it (empty: none asked).",
+            {"type": "string"},
+        ),
+    ),
+    (400,),
+)
 OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)
-ENDPOINTS: tuple[Endpoint, ...] = (LIST_NODES, GET_NODE, LIST_CONTAINERS, GET_POD, OPENAPI)
+ENDPOINTS: tuple[Endpoint, ...] = (
+    LIST_NODES,
+    GET_NODE,
+    LIST_CONTAINERS,
+    GET_POD,
+    SHARDS,
+    OPENAPI,
+)
 
 
 def _bad(message: str) -> ApiError:

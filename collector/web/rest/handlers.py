@@ -27,14 +27,16 @@ from collector.web.rest.endpoints import (
     LIST_NODES,
     OPENAPI,
     READING_OF,
+    SHARDS,
     Endpoint,
     list_query,
     sort_and_limit,
 )
-from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail
+from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail, ShardInfo
 from collector.web.rest.openapi import openapi_document
 from collector.web.rest.presented import Presented, container_row, health
 from collector.web.usage import ContainerReading
+from core.shards import HASH_RULE, WHOLE, Shard, shard_of
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -46,9 +48,10 @@ class RestApi:
     is stale once its data is older than twice that.
     """
 
-    def __init__(self, store_key: web.AppKey[Store], interval: float) -> None:
+    def __init__(self, store_key: web.AppKey[Store], interval: float, shard: Shard = WHOLE) -> None:
         self._store_key = store_key
         self._interval = interval
+        self._shard = shard
         self._nodes = NodeCache()
         self._openapi: bytes | None = None
 
@@ -59,6 +62,7 @@ class RestApi:
             GET_NODE: self.get_node,
             LIST_CONTAINERS: self.list_containers,
             GET_POD: self.get_pod,
+            SHARDS: self.shards,
             OPENAPI: self.openapi,
         }
         # A path parameter may hold braces (label values are not Kubernetes names).
@@ -157,6 +161,21 @@ class RestApi:
             memory_used_bytes=sum(r.memory_used_bytes or 0 for r in rows),
             memory_limit_bytes=sum(r.memory_limit_bytes or 0 for r in rows),
             containers=rows,
+        )
+        return _json(body)
+
+    async def shards(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/shards``."""
+        node = list_query(request.query, SHARDS).filters.get("node")
+        store, shard = request.app[self._store_key], self._shard
+        body = ShardInfo(
+            generation=store.generation,
+            index=shard.index,
+            count=shard.count,
+            hash=HASH_RULE,
+            nodes=store.nodes(),
+            node=node,
+            node_shard=None if node is None else shard_of(node, shard.count),
         )
         return _json(body)
 

@@ -149,6 +149,21 @@ class PodDetail(_Model):
     containers: list[ContainerRow]
 
 
+class ShardInfo(_Model):
+    """``GET /api/v1/shards``: this collector's shard and the nodes it holds."""
+
+    status: Literal["success"] = "success"
+    generation: int
+    index: int = Field(description="this collector's shard, 0 .. count - 1")
+    count: int = Field(description="how many shards the cluster's nodes are split over")
+    hash: str = Field(description="the rule that puts a node in a shard")
+    nodes: list[str] = Field(description="the nodes this shard has data of, sorted")
+    node: str | None = Field(description="the node asked about with ?node=, if any")
+    node_shard: int | None = Field(
+        description="the shard that holds ?node= (whether or not it has data yet)"
+    )
+
+
 class ApiError(Exception):
     """An answer in the error envelope."""
 

@@ -1,0 +1,151 @@
+{{/* The collector's pod template, for the Deployment (shard -1: unsharded) and each
+     shard's StatefulSet; called with (dict "root" $ "shard" INDEX). */}}
+{{- define "huc.collectorPodTemplate" -}}
+{{- $root := .root -}}
+{{- $shard := .shard -}}
+template:
+  metadata:
+    labels:
+      {{- include "huc.collectorLabels" $root | nindent 6 }}
+      {{- with include "huc.shardLabel" $shard }}
+      {{- . | nindent 6 }}
+      {{- end }}
+      {{- with $root.Values.collector.podLabels }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    {{- with $root.Values.collector.podAnnotations }}
+    annotations:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+  spec:
+    serviceAccountName: {{ include "huc.collectorServiceAccount" $root }}
+    automountServiceAccountToken: true
+    enableServiceLinks: false
+    {{- with $root.Values.collector.priorityClassName }}
+    priorityClassName: {{ . }}
+    {{- end }}
+    {{- with $root.Values.imagePullSecrets }}
+    imagePullSecrets:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    securityContext:
+      {{- toYaml $root.Values.collector.podSecurityContext | nindent 6 }}
+    containers:
+      - name: collector
+        image: {{ include "huc.image" $root | quote }}
+        imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+        command: [hami-collector]
+        args: [serve]
+        env:
+          - name: HAMI_COLLECTOR_LISTEN
+            value: "0.0.0.0:9396"
+          - name: HAMI_COLLECTOR_KUBERNETES
+            value: "true"
+          - name: HAMI_COLLECTOR_FLAVOURS
+            value: {{ join "," $root.Values.discovery.flavours | quote }}
+          - name: HAMI_COLLECTOR_NAMESPACES
+            value: {{ join "," $root.Values.discovery.namespaces | quote }}
+          {{- range $flavour := $root.Values.discovery.flavours }}
+          {{- $d := index $root.Values.discovery $flavour }}
+          - name: HAMI_COLLECTOR_{{ upper $flavour }}_SELECTOR
+            value: {{ $d.selector | quote }}
+          - name: HAMI_COLLECTOR_{{ upper $flavour }}_PORT
+            value: {{ $d.port | quote }}
+          {{- end }}
+          - name: HAMI_COLLECTOR_PUSH_AUDIENCE
+            value: {{ $root.Values.push.audience | quote }}
+          - name: HAMI_COLLECTOR_PUSH_SERVICE_ACCOUNTS
+            value: {{ include "huc.pushServiceAccounts" $root | quote }}
+          {{- if ge (int $shard) 0 }}
+          - name: HAMI_COLLECTOR_SHARD_COUNT
+            value: {{ $root.Values.collector.shards | quote }}
+          - name: HAMI_COLLECTOR_SHARD_INDEX
+            value: {{ $shard | quote }}
+          {{- end }}
+          - name: HAMI_COLLECTOR_LOG_FORMAT
+            value: {{ $root.Values.collector.logFormat | quote }}
+          - name: HAMI_COLLECTOR_LOG_LEVEL
+            value: {{ $root.Values.collector.logLevel | quote }}
+          {{- with include "huc.settingsEnv" (list "HAMI_COLLECTOR_" $root.Values.collector.settings) | trim }}
+          {{- . | nindent 10 }}
+          {{- end }}
+          {{- with $root.Values.collector.extraEnv }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        ports:
+          - name: http
+            containerPort: 9396
+            protocol: TCP
+        livenessProbe:
+          httpGet:
+            path: /healthz
+            port: http
+          {{- toYaml $root.Values.collector.livenessProbe | nindent 10 }}
+        readinessProbe:
+          httpGet:
+            path: /readyz
+            port: http
+          {{- toYaml $root.Values.collector.readinessProbe | nindent 10 }}
+        resources:
+          {{- toYaml $root.Values.collector.resources | nindent 10 }}
+        securityContext:
+          {{- toYaml $root.Values.collector.securityContext | nindent 10 }}
+        volumeMounts:
+          - name: tmp
+            mountPath: /tmp
+    volumes:
+      - name: tmp
+        emptyDir:
+          sizeLimit: 16Mi
+    {{- with $root.Values.collector.nodeSelector }}
+    nodeSelector:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $root.Values.collector.tolerations }}
+    tolerations:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with include "huc.collectorAffinity" (dict "root" $root "shard" $shard) | trim }}
+    affinity:
+      {{- . | nindent 6 }}
+    {{- end }}
+    {{- with $root.Values.collector.topologySpreadConstraints }}
+    topologySpreadConstraints:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+{{- end -}}
+
+
+{{/* The label that tells one shard's pods from the others' (nothing when unsharded). */}}
+{{- define "huc.shardLabel" -}}
+{{- if ge (int .) 0 -}}hami-usage-collector/shard: {{ . | quote }}{{- end -}}
+{{- end -}}
+
+{{/* The selector of the collector pods of one shard (or of all, unsharded); (dict "root" $ "shard" INDEX). */}}
+{{- define "huc.podSelector" -}}
+{{ include "huc.collectorSelector" .root }}
+{{- with include "huc.shardLabel" .shard }}
+{{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* collector.affinity as given; else, with several replicas, anti-affinity between the
+     pods of one shard (replicas of one shard on one node would fall together). */}}
+{{- define "huc.collectorAffinity" -}}
+{{- $c := .root.Values.collector -}}
+{{- if $c.affinity -}}
+{{- toYaml $c.affinity -}}
+{{- else if and (gt (int $c.replicas) 1) (ne $c.antiAffinity "none") -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "huc.podSelector" . | fromYaml)) -}}
+podAntiAffinity:
+{{- if eq $c.antiAffinity "hard" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    {{- list $term | toYaml | nindent 4 }}
+{{- else }}
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        {{- toYaml $term | nindent 8 }}
+{{- end }}
+{{- end -}}
+{{- end -}}
