@@ -71,7 +71,8 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
         settings.stale_seconds, History(settings.history_retention, settings.history_max_points)
     )
     metrics = SelfMetrics(store)
-    page = MetricsPage(store, metrics)
+    external = settings.external_labels() if settings.external_labels_on_metrics else []
+    page = MetricsPage(store, metrics, external)
     app = web.Application(client_max_size=settings.push_body_limit + 1)
     app[SETTINGS] = settings
     app[STORE] = store

@@ -16,12 +16,21 @@ from prometheus_client import CollectorRegistry
 from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 
 from collector.app import REMOTE
+from collector.batch import Source
+from collector.cli import ENV_PREFIX, main, parser
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
+from collector.normalise import Normaliser
 from collector.remote import encode
 from collector.remote.queue import Destination, QueueConfig
 from collector.remote.stats import DestinationStats, RemoteStats
+from collector.schema import SourceKind
+from collector.selfmetrics import SelfMetrics
+from collector.settings import CollectorSettings
+from collector.store import Store
+from collector.web.metrics import MetricsPage
+from core.settings import load_settings
 from core.tasks import owned
 
 CLUSTER = '{__name__=~"hami_.+", __name__!~"hami_usage_collector_.+"}'
@@ -245,3 +254,84 @@ def _destination(url: str, session: aiohttp.ClientSession, config: QueueConfig) 
     stats = RemoteStats(CollectorRegistry(), lambda: None)
     heads = encode.Heads([("cluster", "test")])
     return Destination(url, session, heads, stats.destination(url), config)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--remote-write-url", "ftp://x/write"], "remote-write-url 'ftp://x/write'"),
+        (["--remote-write-url", "http:///write"], "remote-write-url"),
+        (["--external-label", "cluster"], "external-label 'cluster' must be NAME=VALUE"),
+        (["--external-label", "1x=a"], "external-label '1x=a'"),
+        (["--external-label", "node=a"], "external-label 'node'"),
+        (["--external-label", "a=1", "--external-label", "a=2"], "external-label 'a'"),
+        (["--external-label", "replica=a", "--replica", "b"], "external-label 'replica'"),
+        (["--remote-write-max-samples", "0"], "--remote-write-max-samples"),
+        (["--remote-write-shards", "100"], "--remote-write-shards"),
+        (["--remote-write-username", "u"], "remote-write-password-file go together"),
+        (["--remote-write-ca-file", "/nonexistent/ca.pem"], "remote-write-ca-file"),
+    ],
+)
+def test_bad_remote_write_settings_exit_2_naming_them(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--no-kubernetes", *args])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_list_flags_repeat_and_the_replica_is_an_external_label() -> None:
+    args = vars(
+        parser().parse_args(
+            [
+                "serve",
+                "--remote-write-url",
+                "http://127.0.0.1:1/a,http://127.0.0.1:2/b",
+                "--remote-write-url",
+                "http://127.0.0.1:3/c",
+                "--external-label",
+                "cluster=prod",
+                "--external-label",
+                "region=eu",
+                "--replica",
+                "huc-0",
+            ]
+        )
+    )
+    args.pop("command")
+    settings = load_settings(CollectorSettings, args, ENV_PREFIX)
+    assert len(settings.remote_write_url) == 3
+    assert settings.external_labels() == [
+        ("cluster", "prod"),
+        ("region", "eu"),
+        ("replica", "huc-0"),
+    ]
+
+
+async def test_metadata_names_every_family_with_its_type_and_help() -> None:
+    recorder = Recorder()
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1))
+        await destination.send_metadata([("hami_x_bytes", "gauge", "Bytes of x.")])
+    (body,) = recorder.bodies
+    # field 3 of WriteRequest, 29 bytes: MetricMetadata{type: GAUGE (2), name (2+12), help (2+11)}
+    assert body == b"\x1a\x1d\x08\x02\x12\x0chami_x_bytes\x22\x0bBytes of x."
+
+
+async def test_external_labels_on_metrics_never_replace_a_series_own_label() -> None:
+    store = Store(stale_after=60)
+    body = b'hami_vgpu_memory_used_bytes{pod="p"} 5\nhami_build_info{cluster="own"} 1\n'
+    store.put(Source("s", "s", "n1", SourceKind.HAMI, 1), Normaliser("n1").normalise(body), 0)
+    page = MetricsPage(store, SelfMetrics(store), [("cluster", "prod"), ("replica", "a")])
+    text = parse(b"".join(await page.body(openmetrics=False, compressed=False)))
+    labels = {s.name: dict(s.labels) for s in text.samples}
+    assert labels["hami_vgpu_memory_used_bytes"] == {
+        "pod": "p",
+        "cluster": "prod",
+        "replica": "a",
+        "node": "n1",
+    }
+    assert labels["hami_build_info"] == {"cluster": "own", "replica": "a", "node": "n1"}
