@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 
 from collector.app import REMOTE
-from collector.batch import Source
+from collector.batch import Batch, Source
 from collector.cli import ENV_PREFIX, main, parser
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
@@ -335,3 +335,39 @@ async def test_external_labels_on_metrics_never_replace_a_series_own_label() -> 
         "node": "n1",
     }
     assert labels["hami_build_info"] == {"cluster": "own", "replica": "a", "node": "n1"}
+
+
+class Seen:
+    """A store observer that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str, set[bytes], float]] = []
+
+    def accepted(self, node: str, series: Mapping[bytes, float], sampled: float) -> None:
+        self.told.append(("accepted", node, set(series), sampled))
+
+    def vanished(self, node: str, keys: Collection[bytes], when: float) -> None:
+        self.told.append(("vanished", node, set(keys), when))
+
+
+def test_the_store_tells_observers_what_it_records_and_what_leaves() -> None:
+    store, seen = Store(stale_after=60), Seen()
+    store.observe(seen)
+    a, b = b'x{pod="a"}', b'x{pod="b"}'
+    monitor = Source("m", "m", "n1", SourceKind.HAMI, 2)
+    agent = Source("g", "g", "n1", SourceKind.AGENT, 1)
+    store.put(monitor, Batch({a: 1.0, b: 2.0}), 0, sampled=100.0)
+    store.put(monitor, Batch({a: 1.5}), 0, sampled=115.0)
+    store.put(agent, Batch({a: 9.0}), 0, sampled=116.0)
+    store.remove("g")  # a passes back to the monitor: it does not vanish
+    before = time.time()
+    store.remove("m")
+    assert seen.told[:4] == [
+        ("accepted", "n1", {a, b}, 100.0),
+        ("accepted", "n1", {a}, 115.0),
+        ("vanished", "n1", {b}, 115.0),
+        ("accepted", "n1", {a}, 116.0),
+    ]
+    (last,) = seen.told[4:]
+    assert last[:3] == ("vanished", "n1", {a})
+    assert last[3] >= before

@@ -16,7 +16,8 @@ batch's timestamp bytes. Labels are sorted by name, as the protocol requires.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, repeat
 
 import cramjam
 
@@ -76,13 +77,22 @@ def timestamp_tail(millis: int) -> bytes:
     return tail
 
 
-def value_bytes(value: float) -> bytes:
-    """The eight bytes of a sample value."""
-    return _DOUBLE(value)
+def samples(heads: Sequence[bytes], values: Iterable[float], tail: bytes) -> Iterator[bytes]:
+    """The parts of one ``TimeSeries`` field per (head, value), all at ``tail``'s time.
+
+    ``zip``, ``map`` and ``chain`` keep the per-sample loop in C: a Python loop
+    over the same three parts cost twice as much.
+    """
+    return chain.from_iterable(zip(heads, map(_DOUBLE, values), repeat(tail)))
+
+
+def markers(heads: Sequence[bytes], tail: bytes) -> Iterator[bytes]:
+    """The parts of a staleness marker per head, at ``tail``'s time."""
+    return chain.from_iterable(zip(heads, repeat(STALE_MARKER), repeat(tail)))
 
 
 class Heads:
-    """Encoded series heads by (node, series key); external labels added to each.
+    """Encoded series heads per node and series key; external labels added to each.
 
     An external label never replaces a label the series has (as Prometheus). The
     cache is bounded: past ``limit`` entries it starts again empty.
@@ -91,16 +101,28 @@ class Heads:
     def __init__(self, external: Labels, limit: int = 2_000_000) -> None:
         self._external = tuple(external)
         self._limit = limit
-        self._heads: dict[tuple[str | None, bytes], bytes] = {}
+        self._size = 0
+        self._nodes: dict[str | None, dict[bytes, bytes]] = {}
 
-    def get(self, node: str | None, key: bytes) -> bytes:
-        """The head of series ``key`` of ``node`` (None: the key holds every label itself)."""
-        head = self._heads.get((node, key))
-        if head is None:
-            head = series_head(encode_labels(self.labels(node, key)))
-            if len(self._heads) >= self._limit:
-                self._heads.clear()
-            self._heads[(node, key)] = head
+    def heads(self, node: str | None, keys: Sequence[bytes]) -> list[bytes]:
+        """The heads of ``keys`` of ``node`` (None: each key holds every label itself)."""
+        cache = self._nodes.get(node)
+        if cache is None:
+            cache = self._nodes[node] = {}
+        found: list[bytes | None] = list(map(cache.get, keys))
+        if None in found:
+            for index, head in enumerate(found):
+                if head is None:
+                    found[index] = self._make(node, keys[index])
+        return found  # type: ignore[return-value]  # no None is left
+
+    def _make(self, node: str | None, key: bytes) -> bytes:
+        if self._size >= self._limit:
+            self._nodes.clear()
+            self._size = 0
+        head = series_head(encode_labels(self.labels(node, key)))
+        self._nodes.setdefault(node, {})[key] = head
+        self._size += 1
         return head
 
     def labels(self, node: str | None, key: bytes) -> list[tuple[str, str]]:
@@ -115,8 +137,11 @@ class Heads:
 
     def forget(self, node: str | None, keys: Iterable[bytes]) -> None:
         """Drop the heads of series that are gone."""
-        for key in keys:
-            self._heads.pop((node, key), None)
+        cache = self._nodes.get(node)
+        if cache is not None:
+            for key in keys:
+                if cache.pop(key, None) is not None:
+                    self._size -= 1
 
 
 def encode_metadata(families: Iterable[tuple[str, str, str]]) -> bytes:

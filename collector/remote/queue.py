@@ -62,8 +62,8 @@ class _Entry:
     series: Mapping[bytes, float] | None = None
     keys: Collection[bytes] | None = None
     taken: int = 0
-    items: list[tuple[bytes, float]] | None = field(default=None)
-    stale: list[bytes] | None = field(default=None)
+    listed: list[bytes] | None = field(default=None)
+    values: list[float] | None = field(default=None)
 
     def left(self) -> int:
         return self.size - self.taken
@@ -184,23 +184,21 @@ class Destination:
     def _samples(
         self, parts: list[bytes], entry: _Entry, start: int, end: int, tail: bytes
     ) -> None:
-        if entry.items is None:
+        if entry.listed is None or entry.values is None:
             assert entry.series is not None
-            entry.items = list(entry.series.items())
-        get, node, value = self._heads.get, entry.node, encode.value_bytes
-        for key, sample in entry.items[start:end]:
-            parts += (get(node, key), value(sample), tail)
+            entry.listed, entry.values = list(entry.series), list(entry.series.values())
+        heads = self._heads.heads(entry.node, entry.listed[start:end])
+        parts.extend(encode.samples(heads, entry.values[start:end], tail))
 
     def _markers(
         self, parts: list[bytes], entry: _Entry, start: int, end: int, tail: bytes
     ) -> None:
-        if entry.stale is None:
+        if entry.listed is None:
             assert entry.keys is not None
-            entry.stale = list(entry.keys)
-        get, node, marker = self._heads.get, entry.node, encode.STALE_MARKER
-        for key in entry.stale[start:end]:
-            parts += (get(node, key), marker, tail)
-        self._heads.forget(node, entry.stale[start:end])
+            entry.listed = list(entry.keys)
+        keys = entry.listed[start:end]
+        parts.extend(encode.markers(self._heads.heads(entry.node, keys), tail))
+        self._heads.forget(entry.node, keys)
 
     async def _send(self, body: bytes, count: int) -> None:
         await self._post(body, count, retry=True)
