@@ -71,6 +71,9 @@ COLLECTOR_OWNED = {
     "push_service_accounts",
     "log_format",
     "log_level",
+    "remote_write_bearer_token_file",
+    "remote_write_password_file",
+    "remote_write_ca_file",
 }
 AGENT_OWNED = {
     "collector",
