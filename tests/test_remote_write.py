@@ -11,7 +11,14 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from helpers import eventually, holds, reserved_port, scraping_collector, serving
+from helpers import (
+    eventually,
+    holds,
+    reserved_port,
+    running_collector,
+    scraping_collector,
+    serving,
+)
 from prometheus_client import CollectorRegistry
 from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 
@@ -371,3 +378,18 @@ def test_the_store_tells_observers_what_it_records_and_what_leaves() -> None:
     (last,) = seen.told[4:]
     assert last[:3] == ("vanished", "n1", {a})
     assert last[3] >= before
+
+
+async def test_the_shutdown_flush_is_bounded_when_the_receiver_is_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with reserved_port() as port:
+        settings = {
+            "kubernetes": False,
+            "remote_write_url": [f"http://127.0.0.1:{port}/api/v1/write"],
+            "remote_write_flush_timeout": 0.2,
+        }
+        async with running_collector(**settings) as (_, app):
+            stats = _stats(app)
+            await eventually(lambda: holds(stats.totals["retried"] > 0), 10, "a retried request")
+    assert "samples not sent at shutdown" in caplog.text
