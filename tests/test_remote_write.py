@@ -393,3 +393,18 @@ async def test_the_shutdown_flush_is_bounded_when_the_receiver_is_down(
             stats = _stats(app)
             await eventually(lambda: holds(stats.totals["retried"] > 0), 10, "a retried request")
     assert "samples not sent at shutdown" in caplog.text
+
+
+async def test_a_batch_at_an_unsendable_time_is_dropped_and_the_rest_goes_on() -> None:
+    recorder = Recorder()
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1))
+        async with owned(destination.run(0), "shard"):
+            destination.enqueue("n1", _series("ancient", 2), 1000)
+            destination.enqueue("n1", _series("recent", 2), 1_700_000_000_000)
+            await eventually(lambda: holds(destination.stats.totals["sent"] == 2), 10, "sent")
+    assert destination.stats.totals["failed"] == 2
+    assert b"recent_0" in b"".join(recorder.bodies)
+    assert b"ancient_0" not in b"".join(recorder.bodies)

@@ -69,12 +69,13 @@ def series_head(labels: bytes) -> bytes:
     )
 
 
-def timestamp_tail(millis: int) -> bytes:
-    """What follows every value of a batch at ``millis``: the timestamp field."""
-    tail = b"\x10" + varint(millis)
-    if len(tail) != 1 + _TIMESTAMP_BYTES:
-        raise ValueError(f"timestamp {millis} ms is outside the years 2004-2109")
-    return tail
+def timestamp_tail(millis: int) -> bytes | None:
+    """What follows every value of a batch at ``millis``: the timestamp field.
+
+    None for a time outside the years 2004-2109, which no head fits.
+    """
+    tail = b"\x10" + varint(millis) if millis >= 0 else b""
+    return tail if len(tail) == 1 + _TIMESTAMP_BYTES else None
 
 
 def samples(heads: Sequence[bytes], values: Iterable[float], tail: bytes) -> Iterator[bytes]:

@@ -119,7 +119,7 @@ class Destination:
         self._shards = [
             _Shard(max(1, config.max_samples // config.shards)) for _ in range(config.shards)
         ]
-        self._logged: set[tuple[int, str]] = set()
+        self._logged: set[str] = set()
 
     def enqueue(self, node: str | None, series: Mapping[bytes, float], millis: int) -> None:
         """Queue samples of ``node`` at ``millis`` (None: the keys hold every label)."""
@@ -170,6 +170,9 @@ class Destination:
             start = entry.taken
             end = min(entry.size, start + room)
             tail = encode.timestamp_tail(entry.millis)
+            if tail is None:
+                self._unsendable(shard, entry)
+                continue
             if entry.keys is not None:
                 self._markers(parts, entry, start, end, tail)
             else:
@@ -199,6 +202,14 @@ class Destination:
         keys = entry.listed[start:end]
         parts.extend(encode.markers(self._heads.heads(entry.node, keys), tail))
         self._heads.forget(entry.node, keys)
+
+    def _unsendable(self, shard: _Shard, entry: _Entry) -> None:
+        """Drop an entry whose time cannot be sent (counted as failed), logged once."""
+        shard.entries.popleft()
+        shard.queued -= entry.left()
+        self.stats.failed(entry.left())
+        what = f"a batch of node {entry.node} at {entry.millis} ms, outside the years 2004-2109"
+        self._log_once("time", what)
 
     async def _send(self, body: bytes, count: int) -> None:
         await self._post(body, count, retry=True)
@@ -237,15 +248,17 @@ class Destination:
     def _rejected(self, status: int, reason: str, count: int) -> None:
         self.stats.failed(count)
         first_line = reason.splitlines()[0][:60] if reason else ""
-        if (status, first_line) not in self._logged and len(self._logged) < _LOGGED_REASONS:
-            self._logged.add((status, first_line))
+        what = f"{count} samples refused (HTTP {status}: {first_line})"
+        self._log_once(f"{status} {first_line}", what)
+
+    def _log_once(self, key: str, what: str) -> None:
+        """Log ``what`` the first time ``key`` (a status and reason) happens."""
+        if key not in self._logged and len(self._logged) < _LOGGED_REASONS:
+            self._logged.add(key)
             log.warning(
-                "remote write to %s refused %d samples (HTTP %d: %s); dropped, further "
-                "refusals for this reason are counted only",
+                "remote write to %s: %s; dropped, and counted only from now on for this reason",
                 self.stats.name,
-                count,
-                status,
-                first_line,
+                what,
             )
 
 
