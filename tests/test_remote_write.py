@@ -56,10 +56,12 @@ async def query(http: aiohttp.ClientSession, url: str, promql: str, at: float) -
     async with http.get(url, params={"query": promql, "time": f"{at:.3f}"}) as resp:
         answer: dict[str, Any] = await resp.json(content_type=None)
     assert answer["status"] == "success", answer
-    return {
+    found = {
         json.dumps(sorted(item["metric"].items())): float(item["value"][1])
         for item in answer["data"]["result"]
     }
+    assert len(found) == len(answer["data"]["result"]), "each series once"
+    return found
 
 
 def strip_external(answer: dict[str, float]) -> dict[str, float]:
