@@ -106,18 +106,27 @@ async def test_receiver_answers_what_the_collector_serves(
             await eventually(
                 lambda: _every_node(http, ours, 3), 20, "the collector to scrape every node"
             )
-            at = time.time()
+            moment: dict[str, Any] = {}
+
+            async def page_matches_history() -> bool:
+                # The page and the history at one instant; a scrape landing between
+                # the two reads makes them differ, and the pair is read again.
+                at = time.time()
+                page = await page_identities(http, ours)
+                held = await query(http, ours_api, CLUSTER, at)
+                moment.update(at=at, held=held)
+                return set(held) == page
+
+            await eventually(page_matches_history, 20, "/metrics and the history to agree")
+            at, held = moment["at"], moment["held"]
 
             async def same() -> bool:
                 theirs = await query(http, theirs_api, CLUSTER, at)
-                return bool(theirs) and strip_external(theirs) == await query(
-                    http, ours_api, CLUSTER, at
-                )
+                return bool(theirs) and strip_external(theirs) == held
 
             await eventually(same, 30, f"{receiver} to answer what the collector holds")
             theirs = strip_external(await query(http, theirs_api, CLUSTER, at))
             assert all('"node"' in identity for identity in theirs)
-            assert set(theirs) == await page_identities(http, ours)
             own = await query(http, theirs_api, "hami_usage_collector_live_series", time.time())
             assert own, "the collector's own series reach the receiver too"
 
