@@ -77,6 +77,10 @@ class Store:
         """Tell ``observer`` of every later change (see :class:`Observer`)."""
         self._observers.append(observer)
 
+    def unobserve(self, observer: Observer) -> None:
+        """Stop telling ``observer``."""
+        self._observers.remove(observer)
+
     def put(
         self, source: Source, batch: Batch, received: float, sampled: float | None = None
     ) -> None:

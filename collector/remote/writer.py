@@ -124,6 +124,7 @@ async def remote_writing(
         writer = RemoteWriter(destinations)
         store.observe(writer)
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(store.unobserve, writer)
             for destination in destinations:
                 for index in range(config.queue.shards):
                     name = f"remote write {destination.stats.name} shard {index}"
