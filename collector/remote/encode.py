@@ -1,12 +1,13 @@
 """Prometheus remote-write 1.0 bodies: a protobuf ``WriteRequest``, snappy block format.
 
 The protobuf is written by hand. Measured on this machine (2,000 series of
-seven labels, one sample each): the ``protobuf`` 7.36 runtime (upb) building
-``WriteRequest`` messages and serialising them took 11.6 µs a sample, this
-encoder 0.36 µs, 32 times less, because a series' labels never change and are encoded
-once, then reused as bytes for every later sample; the runtime rebuilds every
-label message each time. Only three messages of a stable, versioned schema are
-written (never read), so the hand-written part is small.
+seven labels plus an external one, one sample each, warm): the ``protobuf``
+7.36 runtime (upb) building the ``WriteRequest`` and serialising it took
+12.1 µs a sample, this encoder 0.31 µs, 40 times less. A series' labels never
+change, so they are encoded once and reused as bytes for every later sample;
+the runtime rebuilds every label message each time. Only three messages of a
+stable, versioned schema are written (never read), so the hand-written part
+is small.
 
 A series' encoded head (field tag, length, labels, the sample's tag) is cached
 per (node, key); a sample is then its head, eight bytes of value and the
