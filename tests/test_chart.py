@@ -438,6 +438,8 @@ def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> Non
     assert full.passthrough_deny == ["go_.*", "python_.*"]
     assert full.push_service_accounts == [f"{NAMESPACE}/{AGENT}", "other-ns/other-agent"]
     assert full.push_audience == "gpu-usage"
+    assert full.external_labels() == [("cluster", "prod"), ("region", "eu-1")]
+    assert len(full.remote_write_url) == 1
 
 
 def schema() -> Doc:
