@@ -30,7 +30,7 @@ from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
 from collector.normalise import Normaliser
 from collector.remote import encode
-from collector.remote.queue import Destination, QueueConfig
+from collector.remote.queue import Destination, QueueConfig, retry_after
 from collector.remote.stats import DestinationStats, RemoteStats
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
@@ -419,3 +419,26 @@ async def test_a_batch_at_an_unsendable_time_is_dropped_and_the_rest_goes_on() -
     assert destination.stats.totals["failed"] == 2
     assert b"recent_0" in b"".join(recorder.bodies)
     assert b"ancient_0" not in b"".join(recorder.bodies)
+
+
+async def test_a_5xx_or_429_is_retried_until_accepted() -> None:
+    recorder = Recorder(503, 429)
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        config = QueueConfig(shards=1, max_backoff=0.05)
+        destination = _destination(f"{url}/api/v1/write", session, config)
+        async with owned(destination.run(0), "shard"):
+            destination.enqueue("n1", _series("kept", 3), 1_700_000_000_000)
+            await eventually(lambda: holds(destination.stats.totals["sent"] == 3), 10, "sent")
+    assert recorder.answered == [503, 429, 204]
+    assert destination.stats.totals["retried"] == 6
+    assert destination.stats.totals["failed"] == 0
+    assert b"kept_2" in recorder.bodies[0]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"), [(None, 0.0), ("2", 2.0), ("1e9", 300.0), ("-5", 0.0), ("soon", 0.0)]
+)
+def test_retry_after_is_read_as_seconds_and_capped(header: str | None, seconds: float) -> None:
+    assert retry_after(header) == seconds

@@ -233,7 +233,7 @@ class Destination:
                     if resp.status != 429 and resp.status < 500:
                         self._rejected(resp.status, reason, count)
                         return
-                    wait = max(backoff, _retry_after(resp.headers.get("Retry-After")))
+                    wait = max(backoff, retry_after(resp.headers.get("Retry-After")))
                     problem = f"HTTP {resp.status}: {reason}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
@@ -262,8 +262,8 @@ class Destination:
             )
 
 
-def _retry_after(value: str | None) -> float:
-    """Seconds a ``Retry-After`` header asks for (delta seconds only; dates are ignored)."""
+def retry_after(value: str | None) -> float:
+    """Seconds a ``Retry-After`` header asks for, at most 300 (delta seconds only; dates are ignored)."""
     try:
         return min(max(float(value), 0.0), 300.0) if value else 0.0
     except ValueError:
