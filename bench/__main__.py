@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent, cluster, ingest, memory, page, push, query, serve, shards, status
+from bench import agent, cluster, ingest, memory, page, push, query, remote, serve, shards, status
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -67,7 +67,42 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += status_rows(r["status"])
     if "shards" in r:
         out += shards_rows(r["shards"])
+    if "remote" in r:
+        out += remote_rows(r["remote"])
     return out
+
+
+def remote_rows(r: dict[str, Any]) -> list[Row]:
+    """Remote write: per core into an accept-all receiver; end to end into VictoriaMetrics."""
+    sent, peer = r["throughput"]["sent"], r["throughput"]["render_peer"]
+    vm = r["victoria_metrics"]
+    bulk, outage = vm["bulk"], vm["outage"]
+    return [
+        Row(
+            "remote write samples per sender core-second (accept-all receiver)",
+            _rate(sent["samples_per_cpu_second"]),
+            f">= {_rate(r['goal_samples_per_cpu_second'])} per core",
+            f"/metrics text of the same samples {_rate(peer['samples_per_cpu_second'])}/core",
+            f"{r['ratio_to_render_peer']:.2f}x",
+            _mark(r["meets_goal"]),
+        ),
+        _figure(
+            "remote write into VictoriaMetrics 1.79, bulk",
+            f"{_rate(bulk['samples_per_second'])} wall, {_rate(bulk['samples_per_cpu_second'])} "
+            f"per sender core; VictoriaMetrics {vm['victoria_cpu_seconds']:.1f} CPU-s in all",
+        ),
+        Row(
+            f"VictoriaMetrics down {outage['outage_seconds']:g} s at "
+            f"{outage['offered_samples_per_second']:,}/s offered",
+            f"peak queue {outage['peak_pending']:,}, dropped {outage['dropped']:,}, "
+            f"drained {outage['drain_seconds_after_last_round']:g} s after the last round; "
+            f"VictoriaMetrics holds {vm['victoria_holds']:,.0f} of {vm['sent']:,} sent",
+            "nothing lost within the queue bound",
+            "-",
+            "-",
+            _mark(vm["lost"] == 0 and outage["dropped"] == 0),
+        ),
+    ]
 
 
 def foundation_rows(r: dict[str, Any]) -> list[Row]:
@@ -457,6 +492,7 @@ def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "agent": agent.run,
         "status": status.run,
         "shards": shards.run,
+        "remote": remote.run,
         "query": run_query,
     }
 
@@ -542,8 +578,10 @@ def main(argv: list[str]) -> None:
     print(markdown)
     if query_markdown:
         print(f"\nQuery surfaces\n\n{query_markdown}")
+    if "remote" in results:
+        remote.save(RESULTS, meta, table(remote_rows(results["remote"])), results["remote"])
     if set(only) != every.keys():
-        print(f"\n{meta['seconds']}; --only: nothing saved")
+        print(f"\n{meta['seconds']}; --only: nothing else saved")
         return
     document = {
         "meta": meta,

@@ -3,7 +3,8 @@
 Data flows one way: discovery -> scrape (normalise) -> store -> web. Background
 work is owned by ``cleanup_ctx`` entries, which aiohttp starts in order and
 stops in reverse: discovery stops first (no new targets), then the scrape loops
-(no new batches), then the HTTP client session they used. Every long-lived
+(no new batches), then the HTTP client session they used, and last remote
+write, which flushes what is queued (bounded by ``--remote-write-flush-timeout``). Every long-lived
 task runs under the app's :class:`~core.tasks.Supervisor` (``app[TASKS]``),
 which restarts it when it crashes, counts the restart, and tells ``/healthz``
 which tasks are dead. Everything the handlers and contexts share is app state
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -23,6 +25,8 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 
 from collector.normalise import PassThrough
+from collector.remote.queue import QueueConfig
+from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
@@ -52,6 +56,7 @@ SCRAPER = web.AppKey("scraper", ScrapeManager)
 
 PUSH = web.AppKey("push", PushReceiver)
 TASKS = web.AppKey("tasks", Supervisor)
+REMOTE = web.AppKey("remote", RemoteWriter)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
@@ -68,7 +73,8 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
         settings.stale_seconds, History(settings.history_retention, settings.history_max_points)
     )
     metrics = SelfMetrics(store)
-    page = MetricsPage(store, metrics)
+    external = settings.external_labels() if settings.external_labels_on_metrics else []
+    page = MetricsPage(store, metrics, external)
     app = web.Application(client_max_size=settings.push_body_limit + 1)
     app[SETTINGS] = settings
     app[STORE] = store
@@ -76,6 +82,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app[TASKS] = Supervisor(metrics.restarted)
     app[SYNCED] = []
     metrics.shard.labels(str(settings.shard_index), str(settings.shard_count)).set(1)
+    app.cleanup_ctx.append(_remote_write)  # first in, last out: flushes after sources stop
     app.cleanup_ctx.append(_scraping)
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
@@ -108,6 +115,53 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
         app[SCRAPER] = manager
         yield
         await manager.close()
+
+
+async def _remote_write(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    if not settings.remote_write_url:
+        yield
+        return
+    try:
+        config = remote_config(settings)
+        ssl_context = (
+            ssl.create_default_context(cafile=str(settings.remote_write_ca_file))
+            if settings.remote_write_ca_file is not None
+            else True
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"remote write: {exc}") from None
+    connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0)
+    async with remote_writing(config, app[STORE], app[METRICS], app[TASKS], connector) as writer:
+        app[REMOTE] = writer
+        yield
+
+
+def remote_config(settings: CollectorSettings) -> RemoteConfig:
+    """The remote-write configuration of ``settings``; credentials files are read here."""
+    headers = {}
+    if settings.remote_write_bearer_token_file is not None:
+        token = settings.remote_write_bearer_token_file.read_text().strip()
+        headers["Authorization"] = f"Bearer {token}"
+    if settings.remote_write_username is not None and settings.remote_write_password_file:
+        password = settings.remote_write_password_file.read_text().strip()
+        basic = aiohttp.BasicAuth(settings.remote_write_username, password)
+        headers["Authorization"] = basic.encode()
+    queue = QueueConfig(
+        settings.remote_write_max_samples,
+        settings.remote_write_batch,
+        settings.remote_write_shards,
+        settings.remote_write_timeout,
+    )
+    return RemoteConfig(
+        settings.remote_write_url,
+        settings.external_labels(),
+        queue,
+        headers,
+        own_interval=settings.interval,
+        metadata_interval=settings.remote_write_metadata_interval,
+        flush_timeout=settings.remote_write_flush_timeout,
+    )
 
 
 def _ready(app: web.Application) -> str | None:

@@ -154,6 +154,10 @@ class SelfMetrics:
         self.dropped.inc(batch.dropped)
         self.version += 1
 
+    def changed(self) -> None:
+        """Note that a family registered from outside (remote write's) changed: rebuild the page."""
+        self.version += 1
+
     def forget(self, source: Source) -> None:
         """Drop a removed source's series: ours forget what is gone too."""
         self._sources.forget(source)

@@ -7,8 +7,10 @@ defaults. Lists are comma-separated in flags and env vars.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -142,6 +144,53 @@ class CollectorSettings(FileSettings):
         ge=0,
         description="This collector's shard, 0 .. shard-count - 1: it keeps only those nodes.",
     )
+    remote_write_url: CommaList = Field(
+        default_factory=list,
+        description="Prometheus remote-write receivers to send every series to (repeatable).",
+    )
+    remote_write_bearer_token_file: Path | None = Field(
+        None, description="File holding the bearer token sent to the receivers."
+    )
+    remote_write_username: str | None = Field(
+        None, description="Basic-auth user name for the receivers."
+    )
+    remote_write_password_file: Path | None = Field(
+        None, description="File holding the basic-auth password for the receivers."
+    )
+    remote_write_ca_file: Path | None = Field(
+        None, description="PEM CA bundle the receivers' TLS certificates are checked against."
+    )
+    remote_write_max_samples: int = Field(
+        2_000_000,
+        gt=0,
+        description="Samples queued per receiver before the oldest are dropped (counted).",
+    )
+    remote_write_batch: int = Field(
+        2_000, gt=0, le=100_000, description="Most samples in one remote-write request."
+    )
+    remote_write_shards: int = Field(
+        4, gt=0, le=64, description="Requests in flight per receiver (one per shard)."
+    )
+    remote_write_timeout: float = Field(
+        30.0, gt=0, description="Seconds one remote-write request may take before it is retried."
+    )
+    remote_write_flush_timeout: float = Field(
+        5.0, ge=0, description="Seconds spent at shutdown sending what is still queued."
+    )
+    remote_write_metadata_interval: float = Field(
+        60.0, gt=0, description="Seconds between two sends of every family's HELP and TYPE."
+    )
+    external_label: CommaList = Field(
+        default_factory=list,
+        description="NAME=VALUE label added to every remote-written series (repeatable), e.g. cluster=prod.",
+    )
+    external_labels_on_metrics: bool = Field(
+        False, description="Add the external labels to the cluster's series on /metrics too."
+    )
+    replica: str | None = Field(
+        None,
+        description="This replica's name, sent as the external label replica= for receivers that deduplicate.",
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."
@@ -169,7 +218,16 @@ class CollectorSettings(FileSettings):
             )
         if sorted(self.priority) != sorted(SourceKind):
             raise ValueError(f"priority must order exactly {','.join(SourceKind)}")
+        check_remote_write(self)
         return self
+
+    def external_labels(self) -> list[tuple[str, str]]:
+        """The external labels, ``replica`` included, in the order given."""
+        pairs = [tuple(item.split("=", 1)) for item in self.external_label]
+        labels = [(name.strip(), value.strip()) for name, value in pairs]
+        if self.replica is not None:
+            labels.append(("replica", self.replica))
+        return labels
 
     def monitors(self) -> dict[Flavour, tuple[str, int]]:
         """The label selector and default port of each flavour to discover."""
@@ -189,3 +247,37 @@ class CollectorSettings(FileSettings):
     def stale_seconds(self) -> float:
         """How long a failing source's data is kept."""
         return self.stale_after if self.stale_after is not None else 3 * self.interval
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def check_remote_write(settings: CollectorSettings) -> None:
+    """Fail on a bad remote-write URL, external label or credential setting, naming it."""
+    for url in settings.remote_write_url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"remote-write-url {url!r} must be an http:// or https:// URL")
+    names: set[str] = set()
+    for item in settings.external_label:
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not _LABEL_NAME.fullmatch(name) or name.startswith("__") or not value:
+            raise ValueError(f"external-label {item!r} must be NAME=VALUE, NAME a label name")
+        if name in names or name == "node" or (name == "replica" and settings.replica):
+            raise ValueError(f"external-label {name!r} is given twice or is reserved (node)")
+        names.add(name)
+    if settings.replica is not None and not settings.replica.strip():
+        raise ValueError("replica must not be empty")
+    if settings.remote_write_bearer_token_file and settings.remote_write_username:
+        raise ValueError(
+            "remote-write-bearer-token-file and remote-write-username exclude each other"
+        )
+    if (settings.remote_write_username is None) != (settings.remote_write_password_file is None):
+        raise ValueError("remote-write-username and remote-write-password-file go together")
+    for what, path in (
+        ("remote-write-bearer-token-file", settings.remote_write_bearer_token_file),
+        ("remote-write-password-file", settings.remote_write_password_file),
+        ("remote-write-ca-file", settings.remote_write_ca_file),
+    ):
+        if path is not None and not path.is_file():
+            raise ValueError(f"{what} {str(path)!r} is not a readable file")

@@ -9,12 +9,18 @@ once however many sources offer it. With each put or removal the history gets
 the node's view too: a series that leaves the node (gone from its source's
 batch, or its source removed or expired, and offered by no other source) is
 marked stale; one that passes to another source is not.
+
+Observers (remote write) are told the same, synchronously and in order: the
+series a put records, at its time, and the series that leave a node. They must
+only enqueue: a put never waits on an output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from collector import schema
 from collector.batch import Batch, Source
@@ -41,6 +47,20 @@ class NodeView:
     sources: tuple[Held, ...]
 
 
+class Observer(Protocol):
+    """Told of every change the history records; must return at once (enqueue only).
+
+    The mappings and collections it is handed are never changed afterwards; it
+    may keep them.
+    """
+
+    def accepted(self, node: str, series: Mapping[bytes, float], sampled: float) -> None:
+        """``series`` of ``node`` were read at ``sampled`` (wall time)."""
+
+    def vanished(self, node: str, keys: Collection[bytes], when: float) -> None:
+        """``keys`` left ``node`` at ``when`` (wall time): no source offers them now."""
+
+
 class Store:
     """Keeps per node, per source, the latest good batch; forgets what is gone."""
 
@@ -51,6 +71,15 @@ class Store:
         self._nodes: dict[str, dict[str, Held]] = {}
         self._node_of: dict[str, str] = {}
         self._views: dict[str, NodeView] = {}
+        self._observers: list[Observer] = []
+
+    def observe(self, observer: Observer) -> None:
+        """Tell ``observer`` of every later change (see :class:`Observer`)."""
+        self._observers.append(observer)
+
+    def unobserve(self, observer: Observer) -> None:
+        """Stop telling ``observer``."""
+        self._observers.remove(observer)
 
     def put(
         self, source: Source, batch: Batch, received: float, sampled: float | None = None
@@ -62,11 +91,16 @@ class Store:
         """
         if self._node_of.get(source.id, source.node) != source.node:
             self._forget(source.id)
+        before = self.view(source.node) if self._observers else None
         self._nodes.setdefault(source.node, {})[source.id] = Held(source, batch, received)
         self._node_of[source.id] = source.node
         view = self._changed(source.node)
         assert view is not None
-        self.history.record(view.node, _won(view, source.id), sampled, source.id, view.series)
+        won = _won(view, source.id)
+        self.history.record(view.node, won, sampled, source.id, view.series)
+        if self._observers:
+            when = time.time() if sampled is None else sampled
+            self._tell(view.node, before, view, won, when)
 
     def remove(self, source_id: str) -> None:
         """Forget a source that is gone (pod deleted, not Ready); its series vanish."""
@@ -115,12 +149,32 @@ class Store:
         node = self._node_of.pop(source_id, None)
         if node is None:
             return
+        before = self.view(node) if self._observers else None
         held_by_id = self._nodes[node]
         del held_by_id[source_id]
         if not held_by_id:
             del self._nodes[node]
         view = self._changed(node)
         self.history.forget(node, source_id, view.series if view is not None else {})
+        if self._observers:
+            self._tell(node, before, view, {}, time.time())
+
+    def _tell(
+        self,
+        node: str,
+        before: NodeView | None,
+        after: NodeView | None,
+        won: Mapping[bytes, float],
+        when: float,
+    ) -> None:
+        gone: set[bytes] = set()
+        if before is not None:
+            gone = before.series.keys() - (after.series.keys() if after is not None else set())
+        for observer in self._observers:
+            if won:
+                observer.accepted(node, won, when)
+            if gone:
+                observer.vanished(node, gone, when)
 
     def _changed(self, node: str) -> NodeView | None:
         self.generation += 1

@@ -110,10 +110,32 @@ def add_model_flags(
                 default=argparse.SUPPRESS,
                 help=help_text,
             )
+        elif field.annotation == list[str]:
+            parser.add_argument(
+                flag,
+                action=_JoinComma,
+                default=argparse.SUPPRESS,
+                metavar=name.upper(),
+                help=help_text + " [repeatable]",
+            )
         else:
             parser.add_argument(
                 flag, default=argparse.SUPPRESS, metavar=name.upper(), help=help_text
             )
+
+
+class _JoinComma(argparse.Action):
+    """A list flag given several times: its values are joined, as if comma-separated."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{before},{values}" if before else values)
 
 
 S = TypeVar("S", bound=FileSettings)

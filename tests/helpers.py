@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -213,11 +213,12 @@ PROMETHEUS_START_TIMEOUT = 30.0
 
 @contextmanager
 def real_prometheus(
-    work: Path, config: Mapping[str, Any], tsdb: Path | None = None
+    work: Path, config: Mapping[str, Any], tsdb: Path | None = None, args: Sequence[str] = ()
 ) -> Iterator[str]:
     """A real Prometheus on a loopback port with ``config``, ready; stopped at the end.
 
     It binds port 0 and logs the address it got, which is read from its log.
+    ``args`` are more flags (``--web.enable-remote-write-receiver``).
     """
     (work / "prometheus.yml").write_text(yaml.safe_dump(dict(config)))
     log_path = work / "prometheus.log"
@@ -229,6 +230,7 @@ def real_prometheus(
             f"--storage.tsdb.path={tsdb or work / 'tsdb'}",
             "--web.listen-address=127.0.0.1:0",
             "--storage.tsdb.retention.time=100y",
+            *args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -75,6 +75,9 @@ COLLECTOR_OWNED = {
     "log_level",
     "shard_count",
     "shard_index",
+    "remote_write_bearer_token_file",
+    "remote_write_password_file",
+    "remote_write_ca_file",
 }
 AGENT_OWNED = {
     "collector",
@@ -450,6 +453,8 @@ def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> Non
     assert full.passthrough_deny == ["go_.*", "python_.*"]
     assert full.push_service_accounts == [f"{NAMESPACE}/{AGENT}", "other-ns/other-agent"]
     assert full.push_audience == "gpu-usage"
+    assert full.external_labels() == [("cluster", "prod"), ("region", "eu-1")]
+    assert len(full.remote_write_url) == 1
 
 
 def schema() -> Doc:

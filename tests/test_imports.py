@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collector.store",),
     ("collector.selfmetrics",),
     ("collector.settings", "collector.sources"),
-    ("collector.web",),
+    ("collector.web", "collector.remote"),
     ("collector.app",),
     ("collector.demo",),
     ("collector.cli", "collector.__main__"),

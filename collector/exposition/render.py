@@ -9,7 +9,7 @@ line is two concatenations and a float formatting.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from collector.exposition.parse import Labels, parse_series
 
@@ -55,9 +55,13 @@ def key_name(key: bytes) -> str:
     return key[: key.index(b"{")].decode()
 
 
-def node_suffix(node: str) -> tuple[bytes, bytes]:
-    """Return what closes a key with the ``node`` label: after other labels, or alone."""
-    label = f'node="{escape_label_value(node)}"}} '.encode()
+def node_suffix(node: str, external: Iterable[tuple[str, str]] = ()) -> tuple[bytes, bytes]:
+    """Return what closes a key with the ``node`` label: after other labels, or alone.
+
+    ``external`` labels (``--external-labels-on-metrics``) come before ``node``.
+    """
+    extra = "".join(f'{name}="{escape_label_value(value)}",' for name, value in external)
+    label = f'{extra}node="{escape_label_value(node)}"}} '.encode()
     return b"," + label, label
 
 
@@ -70,13 +74,36 @@ def format_value(value: float) -> bytes:
     return b"+Inf" if value > 0 else b"-Inf"
 
 
-def render_lines(items: Iterable[tuple[bytes, float]], node: str) -> bytes:
-    """Render ``(key, value)`` pairs as sample lines labelled with ``node``."""
+def render_lines(
+    items: Iterable[tuple[bytes, float]], node: str, external: Sequence[tuple[str, str]] = ()
+) -> bytes:
+    """Render ``(key, value)`` pairs as sample lines labelled with ``node`` (and ``external``)."""
+    if external:
+        return _render_external(items, node, external)
     with_labels, alone = node_suffix(node)
     out = []
     for key, value in items:
         out.append(key[:-1])
         out.append(alone if key[-2:] == b"{}" else with_labels)
+        out.append(format_value(value))
+        out.append(b"\n")
+    return b"".join(out)
+
+
+def _render_external(
+    items: Iterable[tuple[bytes, float]], node: str, external: Sequence[tuple[str, str]]
+) -> bytes:
+    """:func:`render_lines` with external labels; one never replaces a label the series has."""
+    marks = [(f'{{{name}="'.encode(), f',{name}="'.encode()) for name, _ in external]
+    plain = node_suffix(node, external)
+    out = []
+    for key, value in items:
+        suffix = plain
+        if any(first in key or later in key for first, later in marks):
+            have = {label for label, _ in key_labels(key)[1]}
+            suffix = node_suffix(node, [(n, v) for n, v in external if n not in have])
+        out.append(key[:-1])
+        out.append(suffix[1] if key[-2:] == b"{}" else suffix[0])
         out.append(format_value(value))
         out.append(b"\n")
     return b"".join(out)

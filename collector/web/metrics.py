@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from aiohttp import web
 
@@ -32,11 +32,11 @@ def _name_of(item: tuple[bytes, float]) -> bytes:
     return key[: key.index(b"{")]
 
 
-def render_node(view: NodeView) -> _Chunks:
+def render_node(view: NodeView, external: Sequence[tuple[str, str]] = ()) -> _Chunks:
     """Render one node's series as sample lines, grouped by family name."""
     items = sorted(view.series.items())
     return {
-        name.decode(): render_lines(group, view.node)
+        name.decode(): render_lines(group, view.node, external)
         for name, group in itertools.groupby(items, key=_name_of)
     }
 
@@ -44,9 +44,13 @@ def render_node(view: NodeView) -> _Chunks:
 class MetricsPage:
     """Builds and caches the /metrics page in both formats, plain and gzipped."""
 
-    def __init__(self, store: Store, metrics: SelfMetrics) -> None:
+    def __init__(
+        self, store: Store, metrics: SelfMetrics, external: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        """``external`` labels are added to every cluster series (not to our own)."""
         self._store = store
         self._metrics = metrics
+        self._external = tuple(external)
         self._nodes: dict[str, tuple[int, _Chunks]] = {}
         self._pages: dict[
             tuple[bool, bool], tuple[tuple[int, int], asyncio.Future[list[bytes]]]
@@ -102,7 +106,7 @@ class MetricsPage:
             live.add(node)
             cached = self._nodes.get(node)
             if cached is None or cached[0] != view.generation:
-                cached = (view.generation, render_node(view))
+                cached = (view.generation, render_node(view, self._external))
                 self._nodes[node] = cached
             chunks.append(cached[1])
             for name, family in view.families.items():

@@ -1,0 +1,444 @@
+"""Remote write into real receivers: the same series as /metrics, staleness, outages, refusals."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from helpers import (
+    eventually,
+    holds,
+    reserved_port,
+    running_collector,
+    scraping_collector,
+    serving,
+)
+from prometheus_client import CollectorRegistry
+from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
+
+from collector.app import REMOTE
+from collector.batch import Batch, Source
+from collector.cli import ENV_PREFIX, main, parser
+from collector.demo.cluster import build_cluster
+from collector.demo.monitors import MonitorFarm
+from collector.exposition.parse import parse
+from collector.normalise import Normaliser
+from collector.remote import encode
+from collector.remote.queue import Destination, QueueConfig, retry_after
+from collector.remote.stats import DestinationStats, RemoteStats
+from collector.schema import SourceKind
+from collector.selfmetrics import SelfMetrics
+from collector.settings import CollectorSettings
+from collector.store import Store
+from collector.web.metrics import MetricsPage
+from core.settings import load_settings
+from core.tasks import owned
+
+CLUSTER = '{__name__=~"hami_.+", __name__!~"hami_usage_collector_.+"}'
+EXTERNAL = {"cluster": "test", "replica": "r1"}
+
+
+@pytest.fixture
+async def farm() -> AsyncIterator[MonitorFarm]:
+    nodes = build_cluster(3, seed=5, flavours=("hami", "volcano", "kai"))
+    async with MonitorFarm(nodes) as running:
+        yield running
+
+
+async def query(http: aiohttp.ClientSession, url: str, promql: str, at: float) -> dict[str, float]:
+    """An instant query's answer as {identity: value}; the identity is the sorted label pairs."""
+    async with http.get(url, params={"query": promql, "time": f"{at:.3f}"}) as resp:
+        answer: dict[str, Any] = await resp.json(content_type=None)
+    assert answer["status"] == "success", answer
+    found = {
+        json.dumps(sorted(item["metric"].items())): float(item["value"][1])
+        for item in answer["data"]["result"]
+    }
+    assert len(found) == len(answer["data"]["result"]), "each series once"
+    return found
+
+
+def strip_external(answer: dict[str, float]) -> dict[str, float]:
+    """The answer without the external labels, which must be on every series."""
+    out = {}
+    for identity, value in answer.items():
+        labels = dict(json.loads(identity))
+        assert {k: labels.pop(k, None) for k in EXTERNAL} == EXTERNAL, labels
+        out[json.dumps(sorted(labels.items()))] = value
+    return out
+
+
+async def page_identities(http: aiohttp.ClientSession, base: str) -> set[str]:
+    """The cluster's series on /metrics, as identities like :func:`query`'s."""
+    async with http.get(f"{base}/metrics") as resp:
+        body = parse(await resp.read())
+    return {
+        json.dumps(sorted({"__name__": s.name, **dict(s.labels)}.items()))
+        for s in body.samples
+        if not s.name.startswith("hami_usage_collector_")
+    }
+
+
+@pytest.mark.parametrize("receiver", ["prometheus", "victoria-metrics"])
+async def test_receiver_answers_what_the_collector_serves(
+    farm: MonitorFarm, tmp_path: Path, receiver: str
+) -> None:
+    start = prometheus_receiver if receiver == "prometheus" else victoria_metrics
+    with start(tmp_path) as base:
+        settings = {
+            "interval": 0.5,
+            "timeout": 0.4,
+            "remote_write_url": [f"{base}/api/v1/write"],
+            "external_label": ["cluster=test"],
+            "replica": "r1",
+        }
+        async with (
+            scraping_collector(farm, tmp_path, **settings) as (ours, _),
+            aiohttp.ClientSession() as http,
+        ):
+            theirs_api, ours_api = f"{base}/api/v1/query", f"{ours}/prometheus/api/v1/query"
+            await eventually(
+                lambda: _every_node(http, ours, 3), 20, "the collector to scrape every node"
+            )
+            moment: dict[str, Any] = {}
+
+            async def page_matches_history() -> bool:
+                # The page and the history at one instant; a scrape landing between
+                # the two reads makes them differ, and the pair is read again.
+                at = time.time()
+                page = await page_identities(http, ours)
+                held = await query(http, ours_api, CLUSTER, at)
+                moment.update(at=at, held=held)
+                return set(held) == page
+
+            await eventually(page_matches_history, 20, "/metrics and the history to agree")
+            at, held = moment["at"], moment["held"]
+
+            async def same() -> bool:
+                theirs = await query(http, theirs_api, CLUSTER, at)
+                return bool(theirs) and strip_external(theirs) == held
+
+            await eventually(same, 30, f"{receiver} to answer what the collector holds")
+            theirs = strip_external(await query(http, theirs_api, CLUSTER, at))
+            assert all('"node"' in identity for identity in theirs)
+            own = await query(http, theirs_api, "hami_usage_collector_live_series", time.time())
+            assert own, "the collector's own series reach the receiver too"
+
+
+async def _every_node(http: aiohttp.ClientSession, base: str, count: int) -> bool:
+    nodes = {dict(json.loads(i)).get("node") for i in await page_identities(http, base)}
+    return len(nodes - {None}) == count
+
+
+async def test_a_vanished_series_ends_at_the_receiver(farm: MonitorFarm, tmp_path: Path) -> None:
+    with prometheus_receiver(tmp_path) as base:
+        settings = {"interval": 0.5, "timeout": 0.4, "remote_write_url": [f"{base}/api/v1/write"]}
+        async with (
+            scraping_collector(farm, tmp_path, **settings),
+            aiohttp.ClientSession() as http,
+        ):
+            api = f"{base}/api/v1/query"
+            by_node = "count by (node) (hami_vgpu_memory_used_bytes)"
+
+            async def nodes() -> set[str]:
+                answer = await query(http, api, by_node, time.time())
+                return {dict(json.loads(i))["node"] for i in answer}
+
+            every = {name for name, _, _ in farm.targets()}
+            await eventually(lambda: _equal(nodes(), every), 20, "every node at the receiver")
+            gone = sorted(every)[0]
+            targets = tmp_path / "targets.json"
+            groups = json.loads(targets.read_text())
+            kept = [g for g in groups if g["labels"]["node"] != gone]
+            targets.write_text(json.dumps(kept))
+            # Without a staleness marker Prometheus would answer for 5 more minutes.
+            await eventually(lambda: _equal(nodes(), every - {gone}), 20, f"{gone} to end")
+
+
+async def _equal(found: Any, expected: set[str]) -> bool:
+    return bool(await found == expected)
+
+
+OUTAGES = [2.0]
+"""Seconds the receiver is down in the outage test; the bench runs the issue's 30 s."""
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+async def test_a_receiver_outage_loses_nothing_within_the_bound(
+    farm: MonitorFarm, tmp_path: Path, outage: float
+) -> None:
+    with prometheus_receiver(tmp_path) as base:
+        async with Switch.forwarding(f"{base}/api/v1/write") as switch:
+            settings = {"interval": 0.25, "timeout": 0.2, "remote_write_url": [switch.url]}
+            async with (
+                scraping_collector(farm, tmp_path, **settings) as (ours, app),
+                aiohttp.ClientSession() as http,
+            ):
+                await eventually(lambda: _every_node(http, ours, 3), 20, "every node scraped")
+                await switch.down()
+                began = time.time()
+                stats = _stats(app)
+                retried = stats.totals["retried"]
+                await eventually(
+                    lambda: _after(began + outage, stats.totals["retried"] > retried),
+                    outage + 20,
+                    "the outage to last and requests to be retried",
+                )
+                await switch.up()
+                ended = time.time()
+                window = f"count_over_time(hami_vgpu_memory_used_bytes[{int((ended - began + 1) * 1000)}ms])"
+                promql = f"sum({window})"
+                theirs_api, ours_api = f"{base}/api/v1/query", f"{ours}/prometheus/api/v1/query"
+
+                async def caught_up() -> bool:
+                    theirs = await query(http, theirs_api, promql, ended)
+                    return theirs == await query(http, ours_api, promql, ended)
+
+                await eventually(caught_up, 30, "the receiver to hold every queued sample")
+                assert stats.totals["dropped"] == 0
+                (points,) = (await query(http, ours_api, promql, ended)).values()
+                assert points > 3 * outage / 0.25, "samples of the outage"
+
+
+async def _after(when: float, condition: bool) -> bool:
+    return time.time() >= when and condition
+
+
+def _stats(app: web.Application) -> DestinationStats:
+    return app[REMOTE].destinations[0].stats
+
+
+async def test_a_refused_batch_is_dropped_and_the_rest_goes_on(tmp_path: Path) -> None:
+    recorder = Recorder(400)
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1, batch=3))
+        async with owned(destination.run(0), "shard"):
+            destination.enqueue("n1", _series("first", 3), 1_700_000_000_000)
+            destination.enqueue("n1", _series("second", 3), 1_700_000_001_000)
+            await eventually(lambda: holds(len(recorder.answered) == 2), 10, "two requests")
+            assert recorder.answered == [400, 204]
+            assert destination.stats.totals["failed"] == 3
+            assert destination.stats.totals["sent"] == 3
+            assert b"second_0" in recorder.bodies[0]
+            assert b"first_0" not in recorder.bodies[0]
+
+
+async def test_a_full_queue_drops_the_oldest_and_counts(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with reserved_port() as port:
+        url = f"http://127.0.0.1:{port}/api/v1/write"
+        async with aiohttp.ClientSession() as session:
+            config = QueueConfig(max_samples=6, batch=3, shards=1, max_backoff=0.05)
+            destination = _destination(url, session, config)
+            async with owned(destination.run(0), "shard"):
+                destination.enqueue("n1", _series("a", 3), 1_700_000_000_000)
+                stats = destination.stats
+                await eventually(lambda: holds(stats.totals["retried"] > 0), 10, "a retry")
+                for name, second in (("b", 1), ("c", 2), ("d", 3)):
+                    destination.enqueue("n1", _series(name, 3), 1_700_000_000_000 + second)
+                assert stats.totals["dropped"] == 3
+                receiver = web.Application()
+                receiver.router.add_post("/api/v1/write", recorder.handle)
+                runner = web.AppRunner(receiver, handle_signals=False, access_log=None)
+                await runner.setup()
+                await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
+                try:
+                    await eventually(lambda: holds(stats.totals["sent"] == 9), 10, "sent")
+                finally:
+                    await runner.cleanup()
+                received = b"".join(recorder.bodies)
+                assert [n in received for n in (b"a_0", b"b_0", b"c_0", b"d_0")] == [
+                    True,
+                    False,
+                    True,
+                    True,
+                ]
+                assert stats.totals["pending"] == 0
+
+
+def _series(name: str, count: int) -> dict[bytes, float]:
+    return {f'{name}_{i}{{pod="p"}}'.encode(): float(i) for i in range(count)}
+
+
+def _destination(url: str, session: aiohttp.ClientSession, config: QueueConfig) -> Destination:
+    stats = RemoteStats(CollectorRegistry(), lambda: None)
+    heads = encode.Heads([("cluster", "test")])
+    return Destination(url, session, heads, stats.destination(url), config)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--remote-write-url", "ftp://x/write"], "remote-write-url 'ftp://x/write'"),
+        (["--remote-write-url", "http:///write"], "remote-write-url"),
+        (["--external-label", "cluster"], "external-label 'cluster' must be NAME=VALUE"),
+        (["--external-label", "1x=a"], "external-label '1x=a'"),
+        (["--external-label", "node=a"], "external-label 'node'"),
+        (["--external-label", "a=1", "--external-label", "a=2"], "external-label 'a'"),
+        (["--external-label", "replica=a", "--replica", "b"], "external-label 'replica'"),
+        (["--remote-write-max-samples", "0"], "--remote-write-max-samples"),
+        (["--remote-write-shards", "100"], "--remote-write-shards"),
+        (["--remote-write-username", "u"], "remote-write-password-file go together"),
+        (["--remote-write-ca-file", "/nonexistent/ca.pem"], "remote-write-ca-file"),
+    ],
+)
+def test_bad_remote_write_settings_exit_2_naming_them(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--no-kubernetes", *args])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_list_flags_repeat_and_the_replica_is_an_external_label() -> None:
+    args = vars(
+        parser().parse_args(
+            [
+                "serve",
+                "--remote-write-url",
+                "http://127.0.0.1:1/a,http://127.0.0.1:2/b",
+                "--remote-write-url",
+                "http://127.0.0.1:3/c",
+                "--external-label",
+                "cluster=prod",
+                "--external-label",
+                "region=eu",
+                "--replica",
+                "huc-0",
+            ]
+        )
+    )
+    args.pop("command")
+    settings = load_settings(CollectorSettings, args, ENV_PREFIX)
+    assert len(settings.remote_write_url) == 3
+    assert settings.external_labels() == [
+        ("cluster", "prod"),
+        ("region", "eu"),
+        ("replica", "huc-0"),
+    ]
+
+
+async def test_metadata_names_every_family_with_its_type_and_help() -> None:
+    recorder = Recorder()
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1))
+        await destination.send_metadata([("hami_x_bytes", "gauge", "Bytes of x.")])
+    (body,) = recorder.bodies
+    # field 3 of WriteRequest, 29 bytes: MetricMetadata{type: GAUGE (2), name (2+12), help (2+11)}
+    assert body == b"\x1a\x1d\x08\x02\x12\x0chami_x_bytes\x22\x0bBytes of x."
+
+
+async def test_external_labels_on_metrics_never_replace_a_series_own_label() -> None:
+    store = Store(stale_after=60)
+    body = b'hami_vgpu_memory_used_bytes{pod="p"} 5\nhami_build_info{cluster="own"} 1\n'
+    store.put(Source("s", "s", "n1", SourceKind.HAMI, 1), Normaliser("n1").normalise(body), 0)
+    page = MetricsPage(store, SelfMetrics(store), [("cluster", "prod"), ("replica", "a")])
+    text = parse(b"".join(await page.body(openmetrics=False, compressed=False)))
+    labels = {s.name: dict(s.labels) for s in text.samples}
+    assert labels["hami_vgpu_memory_used_bytes"] == {
+        "pod": "p",
+        "cluster": "prod",
+        "replica": "a",
+        "node": "n1",
+    }
+    assert labels["hami_build_info"] == {"cluster": "own", "replica": "a", "node": "n1"}
+
+
+class Seen:
+    """A store observer that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str, set[bytes], float]] = []
+
+    def accepted(self, node: str, series: Mapping[bytes, float], sampled: float) -> None:
+        self.told.append(("accepted", node, set(series), sampled))
+
+    def vanished(self, node: str, keys: Collection[bytes], when: float) -> None:
+        self.told.append(("vanished", node, set(keys), when))
+
+
+def test_the_store_tells_observers_what_it_records_and_what_leaves() -> None:
+    store, seen = Store(stale_after=60), Seen()
+    store.observe(seen)
+    a, b = b'x{pod="a"}', b'x{pod="b"}'
+    monitor = Source("m", "m", "n1", SourceKind.HAMI, 2)
+    agent = Source("g", "g", "n1", SourceKind.AGENT, 1)
+    store.put(monitor, Batch({a: 1.0, b: 2.0}), 0, sampled=100.0)
+    store.put(monitor, Batch({a: 1.5}), 0, sampled=115.0)
+    store.put(agent, Batch({a: 9.0}), 0, sampled=116.0)
+    store.remove("g")  # a passes back to the monitor: it does not vanish
+    before = time.time()
+    store.remove("m")
+    assert seen.told[:4] == [
+        ("accepted", "n1", {a, b}, 100.0),
+        ("accepted", "n1", {a}, 115.0),
+        ("vanished", "n1", {b}, 115.0),
+        ("accepted", "n1", {a}, 116.0),
+    ]
+    (last,) = seen.told[4:]
+    assert last[:3] == ("vanished", "n1", {a})
+    assert last[3] >= before
+
+
+async def test_the_shutdown_flush_is_bounded_when_the_receiver_is_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with reserved_port() as port:
+        settings = {
+            "kubernetes": False,
+            "remote_write_url": [f"http://127.0.0.1:{port}/api/v1/write"],
+            "remote_write_flush_timeout": 0.2,
+        }
+        async with running_collector(**settings) as (_, app):
+            stats = _stats(app)
+            await eventually(lambda: holds(stats.totals["retried"] > 0), 10, "a retried request")
+    assert "samples not sent at shutdown" in caplog.text
+
+
+async def test_a_batch_at_an_unsendable_time_is_dropped_and_the_rest_goes_on() -> None:
+    recorder = Recorder()
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1))
+        async with owned(destination.run(0), "shard"):
+            destination.enqueue("n1", _series("ancient", 2), 1000)
+            destination.enqueue("n1", _series("recent", 2), 1_700_000_000_000)
+            await eventually(lambda: holds(destination.stats.totals["sent"] == 2), 10, "sent")
+    assert destination.stats.totals["failed"] == 2
+    assert b"recent_0" in b"".join(recorder.bodies)
+    assert b"ancient_0" not in b"".join(recorder.bodies)
+
+
+async def test_a_5xx_or_429_is_retried_until_accepted() -> None:
+    recorder = Recorder(503, 429)
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        config = QueueConfig(shards=1, max_backoff=0.05)
+        destination = _destination(f"{url}/api/v1/write", session, config)
+        async with owned(destination.run(0), "shard"):
+            destination.enqueue("n1", _series("kept", 3), 1_700_000_000_000)
+            await eventually(lambda: holds(destination.stats.totals["sent"] == 3), 10, "sent")
+    assert recorder.answered == [503, 429, 204]
+    assert destination.stats.totals["retried"] == 6
+    assert destination.stats.totals["failed"] == 0
+    assert b"kept_2" in recorder.bodies[0]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"), [(None, 0.0), ("2", 2.0), ("1e9", 300.0), ("-5", 0.0), ("soon", 0.0)]
+)
+def test_retry_after_is_read_as_seconds_and_capped(header: str | None, seconds: float) -> None:
+    assert retry_after(header) == seconds
