@@ -26,6 +26,7 @@ from collector.normalise import PassThrough
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
+from collector.sources.allocations import AllocationConfig, AllocationSource
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
@@ -119,7 +120,8 @@ async def _push(request: web.Request) -> web.Response:
 
 
 def _priorities(settings: CollectorSettings) -> dict[SourceKind, int]:
-    return {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
+    ranks = {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
+    return ranks | {SourceKind.ALLOCATION: len(ranks)}  # the pod watch's stand-ins lose to all
 
 
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
@@ -177,10 +179,18 @@ def _sources(
                 )
                 pods = directory
             auth = _authenticator(settings, api_client, pods)
-            if isinstance(pods, KubernetesDirectory) and not isinstance(auth, Refuse):
-                running = pods  # the cluster-wide pod watch serves push attribution only
+            if isinstance(pods, KubernetesDirectory):
+                running = pods  # the cluster-wide pod watch: push attribution and allocations
                 synced.append(("the pod directory", lambda: running.synced))
                 await stack.enter_async_context(tasks.running("pod directory", running.run))
+            if settings.allocations:
+                allocations = AllocationSource(
+                    pods,
+                    app[STORE],
+                    AllocationConfig(settings.interval, _priorities(settings)[SourceKind.ALLOCATION]),
+                    app[METRICS].allocation_malformed,
+                )
+                await stack.enter_async_context(tasks.running("allocations", allocations.run))
             config = PushConfig(
                 settings.push_body_limit,
                 settings.push_max_inflight,

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from collector.schema import Flavour, SourceKind
+from collector.schema import RANKED_KINDS, Flavour
 from core.settings import CommaList, FileSettings, is_loopback, parse_listen
 
 
@@ -58,6 +58,10 @@ class CollectorSettings(FileSettings):
     )
     kai_port: int = Field(
         9394, ge=1, le=65535, description="KAI monitor port when no port is named 'metrics'."
+    )
+    allocations: bool = Field(
+        True,
+        description="Serve each pod's GPU allocation and idle time, read from the pod watch.",
     )
     interval: float = Field(15.0, gt=0, description="Seconds between two scrapes of a target.")
     timeout: float = Field(
@@ -152,8 +156,8 @@ class CollectorSettings(FileSettings):
             raise ValueError("push-auth token needs push-token-file")
         if self.push_auth == "tokenreview" and not self.kubernetes:
             raise ValueError("push-auth tokenreview needs kubernetes")
-        if sorted(self.priority) != sorted(SourceKind):
-            raise ValueError(f"priority must order exactly {','.join(SourceKind)}")
+        if sorted(self.priority) != sorted(RANKED_KINDS):
+            raise ValueError(f"priority must order exactly {','.join(RANKED_KINDS)}")
         return self
 
     def monitors(self) -> dict[Flavour, tuple[str, int]]:
