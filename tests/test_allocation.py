@@ -257,17 +257,22 @@ async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_
             kubeconfig=kubeconfig,
             flavours="hami",  # discovery finds no monitor pod: the targets file names them
             targets_file=_targets(farm, tmp_path),
-            interval=0.3,
-            timeout=0.25,
+            interval=0.5,
+            timeout=0.45,
         ) as (base, _),
         aiohttp.ClientSession() as http,
     ):
 
-        async def every_node_allocated() -> bool:
-            got = _named(await _metrics(http, base), "hami_vgpu_memory_allocated_bytes")
-            return {dict(labels)["node"] for labels in got} == {n.name for n in nodes}
+        async def every_node_allocated_and_scraped() -> bool:
+            page = await _metrics(http, base)
+            got = _named(page, "hami_vgpu_memory_allocated_bytes")
+            used = _named(page, "hami_vgpu_memory_used_bytes")
+            scraped = all(
+                used.get(labels) for labels in got if ("namespace", FRESH_NAMESPACE) not in labels
+            )
+            return scraped and {dict(labels)["node"] for labels in got} == {n.name for n in nodes}
 
-        await eventually(every_node_allocated, 15, "allocation series of every node")
+        await eventually(every_node_allocated_and_scraped, 15, "every node allocated and scraped")
         page = await _metrics(http, base)
         allocated = _named(page, "hami_vgpu_memory_allocated_bytes")
         used = _named(page, "hami_vgpu_memory_used_bytes")
@@ -292,6 +297,36 @@ async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_
         assert not any(("pod", "broken") in labels for labels in allocated)
         kinds = _named(page, "hami_container_gpu_info")
         assert {dict(labels)["resource_kind"] for labels in kinds} == {"vgpu"}
+
+        # REST: allocation next to usage, per row and on the node's cards.
+        async with http.get(f"{base}/api/v1/pods", params={"namespace": FRESH_NAMESPACE}) as resp:
+            rows = (await resp.json())["containers"]
+        assert len(rows) == len(nodes)
+        for row in rows:
+            labels = frozenset(
+                {
+                    ("node", row["node"]),
+                    ("namespace", row["namespace"]),
+                    ("pod", row["pod"]),
+                    ("container", row["container"]),
+                    ("vdevice_index", str(row["vdevice_index"])),
+                    ("device_uuid", row["device_uuid"]),
+                    ("zone", "vGPU"),
+                }
+            )
+            assert row["memory_allocated_bytes"] == allocated[labels]
+            assert row["memory_used_bytes"] == 0 and row["idle_seconds"] >= 0
+            assert row["utilisation_of_allocation"] == {"memory": 0.0, "cores": 0.0}
+        async with http.get(f"{base}/api/v1/nodes/{nodes[1].name}") as resp:
+            detail = await resp.json()
+        on_cards = [c for card in detail["cards"] for c in card["containers"]]
+        assert on_cards and all(c["memory_allocated_bytes"] > 0 for c in on_cards)
+        busy = [c for c in on_cards if c["memory_used_bytes"]]
+        assert busy and all(
+            c["utilisation_of_allocation"]["memory"]
+            == c["memory_used_bytes"] / c["memory_allocated_bytes"]
+            for c in busy
+        )
 
         # A deleted pod's allocation goes.
         gone = next(p for p in objects.pods if p["metadata"]["namespace"] == FRESH_NAMESPACE)

@@ -32,7 +32,7 @@ class Error(_Model):
 class SourceRef(_Model):
     """A source feeding a node: a scrape target or a node agent."""
 
-    kind: str = Field(description="hami, volcano, kai or agent")
+    kind: str = Field(description="hami, volcano, kai, agent, or allocation (the pod watch)")
     name: str = Field(description="namespace/pod of a monitor, host:port of a file target, …")
 
 
@@ -75,8 +75,21 @@ class NodeList(_Model):
     nodes: list[NodeSummary]
 
 
+class AllocationUse(_Model):
+    """How much of its allocation a vGPU uses."""
+
+    memory: float | None = Field(description="memory used / memory allocated")
+    cores: float | None = Field(
+        description="SM utilisation / cores allocated (both as shares of the card)"
+    )
+
+
 class ContainerUsage(_Model):
-    """One vGPU of one container; readings its monitor does not send are null."""
+    """One vGPU of one container: usage, and the allocation the pod watch read for it.
+
+    Readings its monitor does not send are null; so is the allocation of a
+    container the pod watch does not know (or with ``--no-allocations``).
+    """
 
     namespace: str
     pod: str
@@ -90,6 +103,16 @@ class ContainerUsage(_Model):
     memory_context_bytes: int | None
     memory_module_bytes: int | None
     memory_buffer_bytes: int | None
+    memory_allocated_bytes: int | None = Field(description="from the pod's allocation")
+    cores_allocated: float | None = Field(
+        description="share of the card's cores allocated, 0-1 (a 25% vGPU: 0.25)"
+    )
+    idle_seconds: float | None = Field(
+        description="seconds since the last kernel, or since the pod started if none ran"
+    )
+    utilisation_of_allocation: AllocationUse | None = Field(
+        description="null without an allocation"
+    )
 
 
 class _OnNode(_Model):

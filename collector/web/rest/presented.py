@@ -50,7 +50,22 @@ def _container_fields(c: ContainerReading) -> dict[str, Any]:
         "memory_context_bytes": c.memory_context,
         "memory_module_bytes": c.memory_module,
         "memory_buffer_bytes": c.memory_buffer,
+        "memory_allocated_bytes": c.memory_allocated,
+        "cores_allocated": c.cores_allocated,
+        "idle_seconds": c.idle_seconds,
+        "utilisation_of_allocation": _use(c),
     }
+
+
+def _use(c: ContainerReading) -> dict[str, float | None] | None:
+    if c.memory_allocated is None and c.cores_allocated is None:
+        return None
+    memory = cores = None
+    if c.memory_allocated and c.memory_used is not None:
+        memory = c.memory_used / c.memory_allocated
+    if c.cores_allocated and c.sm_utilization is not None:
+        cores = c.sm_utilization / 100 / c.cores_allocated
+    return {"memory": memory, "cores": cores}
 
 
 class Presented:
