@@ -39,6 +39,7 @@ from collector.tsdb.history import History
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
+from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from core.tasks import Supervisor
 
@@ -81,7 +82,14 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.router.add_routes(PrometheusAPI.from_settings(store, settings).routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
-    rest_api = RestApi(STORE, settings.interval)
+    chargeback = Chargeback(
+        store.history,
+        settings.interval,
+        settings.lookback,
+        settings.query_timeout,
+        settings.query_max_samples,
+    )
+    rest_api = RestApi(STORE, settings.interval, chargeback)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
     return app

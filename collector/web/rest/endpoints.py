@@ -13,7 +13,14 @@ from typing import Any, Literal, TypeVar
 from multidict import MultiMapping
 from pydantic import BaseModel
 
-from collector.web.rest.models import ApiError, ContainerList, NodeDetail, NodeList, PodDetail
+from collector.web.rest.models import (
+    ApiError,
+    ContainerList,
+    NodeDetail,
+    NodeList,
+    PodDetail,
+    UsageReport,
+)
 
 PREFIX = "/api/v1"
 
@@ -38,6 +45,9 @@ READING_OF = {
     "memory_limit_bytes": "memory_limit",
     "sm_utilization_percent": "sm_utilization",
     "last_kernel_seconds": "last_kernel_seconds",
+    "memory_allocated_bytes": "memory_allocated",
+    "cores_allocated": "cores_allocated",
+    "idle_seconds": "idle_seconds",
 }
 """API field of a container row -> attribute of its :class:`~collector.web.usage.ContainerReading`."""
 CONTAINER_SORT_FIELDS = ("node", *READING_OF)
@@ -134,8 +144,41 @@ GET_POD = Endpoint(
     ),
     (404,),
 )
+USAGE = Endpoint(
+    f"{PREFIX}/usage",
+    "usageReport",
+    "Chargeback: GPU memory and cores allocated and used per group over a window, idle share",
+    UsageReport,
+    (
+        Param(
+            "by",
+            "query",
+            "Group by namespace, pod (namespace and pod) or node (default namespace).",
+            {"type": "string", "enum": ["namespace", "pod", "node"]},
+        ),
+        Param(
+            "start",
+            "query",
+            "Window start, Unix seconds or RFC 3339 (default: as far back as the history holds).",
+            {"type": "string"},
+        ),
+        Param(
+            "end",
+            "query",
+            "Window end, Unix seconds or RFC 3339 (default: now).",
+            {"type": "string"},
+        ),
+        Param(
+            "format",
+            "query",
+            "json (default) or csv (one row per group, a header first).",
+            {"type": "string", "enum": ["json", "csv"]},
+        ),
+    ),
+    (400,),
+)
 OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)
-ENDPOINTS: tuple[Endpoint, ...] = (LIST_NODES, GET_NODE, LIST_CONTAINERS, GET_POD, OPENAPI)
+ENDPOINTS: tuple[Endpoint, ...] = (LIST_NODES, GET_NODE, LIST_CONTAINERS, GET_POD, USAGE, OPENAPI)
 
 
 def _bad(message: str) -> ApiError:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from collector.store import Store
 from collector.web.rest.cache import NodeCache
+from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (
     ENDPOINTS,
     GET_NODE,
@@ -27,6 +28,7 @@ from collector.web.rest.endpoints import (
     LIST_NODES,
     OPENAPI,
     READING_OF,
+    USAGE,
     Endpoint,
     list_query,
     sort_and_limit,
@@ -46,9 +48,12 @@ class RestApi:
     is stale once its data is older than twice that.
     """
 
-    def __init__(self, store_key: web.AppKey[Store], interval: float) -> None:
+    def __init__(
+        self, store_key: web.AppKey[Store], interval: float, chargeback: Chargeback | None = None
+    ) -> None:
         self._store_key = store_key
         self._interval = interval
+        self._chargeback = chargeback
         self._nodes = NodeCache()
         self._openapi: bytes | None = None
 
@@ -59,6 +64,7 @@ class RestApi:
             GET_NODE: self.get_node,
             LIST_CONTAINERS: self.list_containers,
             GET_POD: self.get_pod,
+            USAGE: self.usage,
             OPENAPI: self.openapi,
         }
         # A path parameter may hold braces (label values are not Kubernetes names).
@@ -159,6 +165,12 @@ class RestApi:
             containers=rows,
         )
         return _json(body)
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/usage`` (:mod:`collector.web.rest.chargeback`)."""
+        if self._chargeback is None:
+            raise ApiError(404, "not_found", "usage reports need the history, which this API lacks")
+        return await self._chargeback.handle(request)
 
     async def openapi(self, request: web.Request) -> web.Response:
         """``GET /api/v1/openapi.json``."""

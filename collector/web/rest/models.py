@@ -172,6 +172,37 @@ class PodDetail(_Model):
     containers: list[ContainerRow]
 
 
+class UsageGroup(_Model):
+    """What one namespace, pod or node was allocated and used over the window."""
+
+    labels: dict[str, str] = Field(
+        description="the group: {namespace}, {namespace, pod} or {node}"
+    )
+    memory_allocated_byte_hours: float = Field(description="vGPU memory allocated x hours held")
+    memory_used_byte_hours: float = Field(description="vGPU memory used x hours")
+    cores_allocated_core_hours: float = Field(
+        description="card shares allocated x hours (a 25% vGPU for an hour: 0.25)"
+    )
+    cores_used_core_hours: float = Field(description="SM utilisation (share of a card) x hours")
+    idle_share: float | None = Field(
+        description="share of the allocated core-hours held by vGPUs without a kernel for"
+        " over 5 minutes; null without allocated cores"
+    )
+
+
+class UsageReport(_Model):
+    """``GET /api/v1/usage``: chargeback / showback per group over a window of the history."""
+
+    status: Literal["success"] = "success"
+    by: Literal["namespace", "pod", "node"]
+    start: float = Field(description="start of the window actually covered (Unix seconds)")
+    end: float = Field(description="end of the window actually covered (Unix seconds)")
+    requested_start: float
+    requested_end: float
+    step_seconds: float = Field(description="each point of the history counts for this long")
+    groups: list[UsageGroup] = Field(description="by allocated memory, largest first")
+
+
 class ApiError(Exception):
     """An answer in the error envelope."""
 
