@@ -22,10 +22,10 @@ left out and its reason returned, from the bounded set :data:`REASONS`.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 MIB = 1 << 20
@@ -44,7 +44,9 @@ REASONS = ("fields", "number", "range", "containers", "fraction", "claim")
 a number out of range, more segments than containers, a bad KAI request, a bad claim result."""
 
 _MIG_SUFFIX = re.compile(r"\[[^\]]*\]$")
-_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?")
+_QUANTITY = re.compile(
+    r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?"
+)
 _SUFFIX = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
@@ -191,7 +193,9 @@ def _segment(container: str, segment: str, kind: str) -> list[Grant]:
     return out
 
 
-def _kai(notes: Mapping[str, str], labels: Mapping[str, str], containers: list[str]) -> PodAllocation:
+def _kai(
+    notes: Mapping[str, str], labels: Mapping[str, str], containers: list[str]
+) -> PodAllocation:
     """KAI shares: each device gets the fraction (or the MiB); the cards come from the groups."""
     try:
         devices = int(notes.get(KAI_DEVICES, "1"))
@@ -222,7 +226,14 @@ def resolve_kai(allocation: PodAllocation, uuid_of: Callable[[str], str | None])
     if not allocation.kai_groups:
         return allocation
     grants = tuple(
-        Grant(g.container, g.vdevice_index, (uuid_of(g.device_uuid) or "")[:40], g.memory, g.cores, g.kind)
+        Grant(
+            g.container,
+            g.vdevice_index,
+            (uuid_of(g.device_uuid) or "")[:40],
+            g.memory,
+            g.cores,
+            g.kind,
+        )
         for g in allocation.grants
     )
     return PodAllocation(grants, allocation.errors, allocation.kai_groups)

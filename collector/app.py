@@ -195,7 +195,9 @@ def _sources(
                 allocations = AllocationSource(
                     pods,
                     app[STORE],
-                    AllocationConfig(settings.interval, _priorities(settings)[SourceKind.ALLOCATION]),
+                    AllocationConfig(
+                        settings.interval, _priorities(settings)[SourceKind.ALLOCATION]
+                    ),
                     app[METRICS].allocation_malformed,
                 )
                 await stack.enter_async_context(tasks.running("allocations", allocations.run))

@@ -8,6 +8,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fakekube import FakeKube
+from helpers import eventually, running_collector
 
 from collector.allocation import MIB, Grant, parse_quantity, pod_allocation
 from collector.demo.agents import SimulatedDirectory, claim_uid
@@ -18,8 +20,6 @@ from collector.demo.run import write_targets
 from collector.exposition.parse import parse
 from collector.sources.allocations import node_batch
 from collector.sources.pods import StaticDirectory, claim_of, pod_ref, slice_devices
-from fakekube import FakeKube
-from helpers import eventually, running_collector
 
 A = "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76"
 B = "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"
@@ -91,7 +91,7 @@ def test_the_pre_2_4_annotation_is_read_too() -> None:
 
 
 def test_volcano_segments_belong_to_the_containers_asking_for_vgpu() -> None:
-    containers = [
+    containers: list[dict[str, Any]] = [
         {"name": "sidecar"},
         {"name": "train", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}},
         {"name": "eval", "resources": {"limits": {"volcano.sh/vgpu-memory": "1000"}}},
@@ -133,7 +133,10 @@ def test_no_allocation_before_binding_or_after_the_end(changes: dict[str, str]) 
 def test_whole_cards_from_limits_without_a_sharing_annotation() -> None:
     containers = [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
     got = pod_allocation(pod(containers=containers))
-    assert got.grants == (Grant("main", 0, "", None, 1.0, "whole"), Grant("main", 1, "", None, 1.0, "whole"))
+    assert got.grants == (
+        Grant("main", 0, "", None, 1.0, "whole"),
+        Grant("main", 1, "", None, 1.0, "whole"),
+    )
 
 
 def test_kai_fraction_takes_its_card_from_the_reservation_pod() -> None:
@@ -152,12 +155,15 @@ def test_kai_fraction_takes_its_card_from_the_reservation_pod() -> None:
     ]
     refs = {ref.uid: ref for ref in map(pod_ref, [user, *reservations])}
     (held,) = StaticDirectory(refs, {}).holdings()
-    assert [(g.container, g.vdevice_index, g.device_uuid, g.cores, g.kind) for g in held.grants] == [
+    assert [
+        (g.container, g.vdevice_index, g.device_uuid, g.cores, g.kind) for g in held.grants
+    ] == [
         ("main", 0, A, 0.25, "fraction"),
         ("main", 1, B, 0.25, "fraction"),
     ]
     bad = pod_allocation(pod({"gpu-fraction": "1.5"}))
-    assert bad.errors == ("fraction",) and bad.grants == ()
+    assert bad.errors == ("fraction",)
+    assert bad.grants == ()
 
 
 def test_dra_claims_give_each_device_its_slice_uuid_and_capacity() -> None:
@@ -229,7 +235,9 @@ def _targets(farm: MonitorFarm, folder: Path) -> Path:
     return path
 
 
-async def _metrics(http: aiohttp.ClientSession, base: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+async def _metrics(
+    http: aiohttp.ClientSession, base: str
+) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     async with http.get(f"{base}/metrics") as resp:
         samples = parse(await resp.read()).samples
     return {(s.name, frozenset(s.labels)): s.value for s in samples}
@@ -242,7 +250,9 @@ def _named(series: dict[Any, float], name: str) -> dict[frozenset[tuple[str, str
 async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_one(
     fake: FakeKube, kubeconfig: Path, tmp_path: Path
 ) -> None:
-    nodes = build_cluster(3, seed=5, cards=2, allocations_per_node=4, flavours=("hami", "volcano", "hami-legacy"))
+    nodes = build_cluster(
+        3, seed=5, cards=2, allocations_per_node=4, flavours=("hami", "volcano", "hami-legacy")
+    )
     objects = SimulatedDirectory(nodes).objects()
     for obj in objects.pods:
         fake.add_pod(obj)
@@ -287,10 +297,11 @@ async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_
         # (every simulated pod being allocated) every usage series one allocation.
         assert set(allocated) == set(used)
         for labels in allocated:
-            assert 0 < allocated[labels]
+            assert allocated[labels] > 0
             assert 0 < _named(page, "hami_vgpu_core_allocated_ratio")[labels] <= 1
         reported = {labels for labels in allocated if labels not in fresh}
-        assert reported and all(used[labels] > 0 for labels in reported)
+        assert reported
+        assert all(used[labels] > 0 for labels in reported)
         # The malformed pod was counted; its node's other pods are all there.
         errors = _named(page, "hami_usage_collector_allocation_errors_total")
         assert errors[frozenset({("reason", "number")})] == 1
@@ -315,14 +326,17 @@ async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_
                 }
             )
             assert row["memory_allocated_bytes"] == allocated[labels]
-            assert row["memory_used_bytes"] == 0 and row["idle_seconds"] >= 0
+            assert row["memory_used_bytes"] == 0
+            assert row["idle_seconds"] >= 0
             assert row["utilisation_of_allocation"] == {"memory": 0.0, "cores": 0.0}
         async with http.get(f"{base}/api/v1/nodes/{nodes[1].name}") as resp:
             detail = await resp.json()
         on_cards = [c for card in detail["cards"] for c in card["containers"]]
-        assert on_cards and all(c["memory_allocated_bytes"] > 0 for c in on_cards)
+        assert on_cards
+        assert all(c["memory_allocated_bytes"] > 0 for c in on_cards)
         busy = [c for c in on_cards if c["memory_used_bytes"]]
-        assert busy and all(
+        assert busy
+        assert all(
             c["utilisation_of_allocation"]["memory"]
             == c["memory_used_bytes"] / c["memory_allocated_bytes"]
             for c in busy
@@ -343,6 +357,9 @@ def test_demo_claims_and_slices_resolve_dra_cards() -> None:
     nodes = build_cluster(1, seed=7, cards=2, allocations_per_node=3, flavours=("hami",))
     directory = SimulatedDirectory(nodes, dra=[nodes[0].name])
     grants = [g for held in directory.holdings() for g in held.grants]
-    assert grants and {g.kind for g in grants} == {"dra"}
+    assert grants
+    assert {g.kind for g in grants} == {"dra"}
     assert {g.device_uuid for g in grants} <= {card.uuid[:40] for card in nodes[0].cards}
-    assert directory.claim_owner(claim_uid(nodes[0].allocations[0].pod_uid, nodes[0].allocations[0].container))
+    assert directory.claim_owner(
+        claim_uid(nodes[0].allocations[0].pod_uid, nodes[0].allocations[0].container)
+    )

@@ -60,12 +60,12 @@ def close(a: float, b: float, rel: float) -> bool:
 
 
 @pytest.fixture
-async def collector(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Collector]:
+async def collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Collector]:
     """The demo's monitors and pods, scraped every 0.5 s, no pod coming or going."""
     monkeypatch.setattr(SimulatedNode, "CHURN_PROBABILITY", 0.0)
-    nodes = build_cluster(3, seed=3, cards=2, allocations_per_node=5, flavours=("hami", "volcano", "kai"))
+    nodes = build_cluster(
+        3, seed=3, cards=2, allocations_per_node=5, flavours=("hami", "volcano", "kai")
+    )
     async with MonitorFarm(nodes) as farm:
         targets = tmp_path / "targets.json"
         write_targets(targets, farm)
@@ -113,7 +113,8 @@ async def test_the_report_and_the_rules_agree_in_our_engine(collector: Collector
                 http, f"{base}/api/v1/usage", by=by, start=str(end - 5), end=str(end)
             )
             step = report["step_seconds"]
-            assert report["end"] <= end and report["end"] - report["start"] >= 4
+            assert report["end"] <= end
+            assert report["end"] - report["start"] >= 4
             groups = {tuple(g["labels"][n] for n in LABELS_OF[by]): g for g in report["groups"]}
             assert groups
             for rule in (r for r in rules() if r["record"].startswith(level + ":")):
@@ -156,7 +157,10 @@ async def test_prometheus_running_the_rules_agrees_with_the_report(
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(rule_file)],
         "scrape_configs": [
-            {"job_name": "hami-usage", "static_configs": [{"targets": [base.removeprefix("http://")]}]}
+            {
+                "job_name": "hami-usage",
+                "static_configs": [{"targets": [base.removeprefix("http://")]}],
+            }
         ],
     }
     window = 12
@@ -164,7 +168,9 @@ async def test_prometheus_running_the_rules_agrees_with_the_report(
         async with aiohttp.ClientSession() as http:
 
             async def recorded() -> bool:
-                query = f"min(count_over_time(node:hami_vgpu_memory_allocated_bytes:sum[{window}s]))"
+                query = (
+                    f"min(count_over_time(node:hami_vgpu_memory_allocated_bytes:sum[{window}s]))"
+                )
                 answer = await _get(http, f"{prometheus}/api/v1/query", query=query)
                 result = answer["data"]["result"]
                 return bool(result) and float(result[0]["value"][1]) >= window - 1
@@ -211,7 +217,9 @@ async def test_csv_and_bad_parameters(collector: Collector) -> None:
             (g["labels"]["namespace"], g["labels"]["pod"]) for g in report["groups"][:3]
         }
         assert all(float(r["memory_allocated_byte_hours"]) >= 0 for r in rows)
-        assert report["requested_end"] >= report["end"] > report["start"] >= report["requested_start"]
+        assert (
+            report["requested_end"] >= report["end"] > report["start"] >= report["requested_start"]
+        )
         for params, named in (
             ({"by": "team"}, "'by'"),
             ({"format": "xml"}, "'format'"),
@@ -223,6 +231,7 @@ async def test_csv_and_bad_parameters(collector: Collector) -> None:
             async with http.get(f"{base}/api/v1/usage", params=params) as resp:
                 assert resp.status == 400, params
                 body = await resp.json()
-                assert body["error"] == "bad_request" and named in body["message"], body
+                assert body["error"] == "bad_request", body
+                assert named in body["message"], body
         async with http.get(f"{base}/api/v1/usage?by=pod&by=node") as resp:
             assert resp.status == 400

@@ -144,8 +144,7 @@ def _tuple(node: SimulatedNode, a: Allocation) -> str:
 
 def _hami(pod: JSON, node: SimulatedNode, allocations: Sequence[Allocation]) -> None:
     text = "".join(
-        "".join(_tuple(node, a) for a in vgpus) + ";"
-        for vgpus in _containers(allocations).values()
+        "".join(_tuple(node, a) for a in vgpus) + ";" for vgpus in _containers(allocations).values()
     )
     pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = text
     pod["metadata"]["annotations"]["hami.io/vgpu-node"] = node.name

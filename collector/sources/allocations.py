@@ -85,7 +85,11 @@ class AllocationSource:
         source = self._sources.get(node)
         if source is None:
             source = Source(
-                f"allocation/{node}", "pod watch", node, SourceKind.ALLOCATION, self._config.priority
+                f"allocation/{node}",
+                "pod watch",
+                node,
+                SourceKind.ALLOCATION,
+                self._config.priority,
             )
             self._sources[node] = source
         return source

@@ -39,7 +39,7 @@ class PodRef:
     name: str
     node: str
     claim_containers: Mapping[str, str] = field(default_factory=dict)
-    allocation: PodAllocation = PodAllocation()
+    allocation: PodAllocation = field(default_factory=PodAllocation)
     bound: bool = False
     started: float | None = None
     reserves: tuple[str, str] | None = None

@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -131,10 +132,12 @@ class Chargeback:
                         self._max_samples,
                     )
                 )
-            results = await asyncio.to_thread(lambda: [p.run() for p in prepared])
+            results = await asyncio.to_thread(
+                lambda: [cast(list[RangeSeries], p.run()) for p in prepared]  # range: a Matrix
+            )
         except QueryError as exc:
             raise ApiError(400, "bad_request", f"the report cannot be computed: {exc}") from None
-        return _report(by, labels, window, [r for r in results if isinstance(r, list)])
+        return _report(by, labels, window, results)
 
 
 def _report(
@@ -164,7 +167,7 @@ def _report(
     groups.sort(key=lambda g: (-g.memory_allocated_byte_hours, sorted(g.labels.items())))
     start = min(seen) - window.step if seen else window.first - window.step
     return UsageReport(
-        by=by,  # type: ignore[arg-type]  # checked against GROUPS
+        by=by,
         start=start,
         end=max(seen) if seen else start,
         requested_start=window.requested[0],

@@ -175,9 +175,7 @@ class PodDetail(_Model):
 class UsageGroup(_Model):
     """What one namespace, pod or node was allocated and used over the window."""
 
-    labels: dict[str, str] = Field(
-        description="the group: {namespace}, {namespace, pod} or {node}"
-    )
+    labels: dict[str, str] = Field(description="the group: {namespace}, {namespace, pod} or {node}")
     memory_allocated_byte_hours: float = Field(description="vGPU memory allocated x hours held")
     memory_used_byte_hours: float = Field(description="vGPU memory used x hours")
     cores_allocated_core_hours: float = Field(
