@@ -187,7 +187,8 @@ def _sources(
                 )
                 pods = directory
             auth = _authenticator(settings, api_client, pods)
-            if isinstance(pods, KubernetesDirectory):
+            pushes = not isinstance(auth, Refuse)
+            if isinstance(pods, KubernetesDirectory) and (pushes or settings.allocations):
                 running = pods  # the cluster-wide pod watch: push attribution and allocations
                 synced.append(("the pod directory", lambda: running.synced))
                 await stack.enter_async_context(tasks.running("pod directory", running.run))
