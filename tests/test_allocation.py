@@ -363,3 +363,29 @@ def test_demo_claims_and_slices_resolve_dra_cards() -> None:
     assert directory.claim_owner(
         claim_uid(nodes[0].allocations[0].pod_uid, nodes[0].allocations[0].container)
     )
+
+
+async def test_a_node_with_allocations_but_no_usage_source_says_so() -> None:
+    ref = pod_ref(hami(f"{A},NVIDIA,500,25:;;", node="gpu-lonely"))
+    async with (
+        running_collector(
+            pods=StaticDirectory({ref.uid: ref}, {}), kubernetes=False, interval=0.2, timeout=0.1
+        ) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def shown() -> bool:
+            page = await _metrics(http, base)
+            return bool(_named(page, "hami_usage_collector_node_source_info"))
+
+        await eventually(shown, 10, "the node on /metrics")
+        page = await _metrics(http, base)
+        (labels,) = _named(page, "hami_usage_collector_node_source_info")
+        assert dict(labels) == {"node": "gpu-lonely", "kind": "allocation", "source": "pod watch"}
+        async with http.get(f"{base}/api/v1/nodes/gpu-lonely") as resp:
+            detail = await resp.json()
+        assert detail["node"]["sources"] == [{"kind": "allocation", "name": "pod watch"}]
+        (row,) = detail["unmatched_containers"]  # no card: nobody reports this node's cards
+        assert row["memory_allocated_bytes"] == 500 * MIB
+        assert row["cores_allocated"] == 0.25
+        assert row["memory_used_bytes"] == 0

@@ -118,6 +118,7 @@ def run_demo(listen: str, nodes: int, interval: float) -> int:
             )
             print(f"Scrape target (whole cluster): {base}/metrics")
             print(f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)")
+            print(f"Chargeback: {base}/api/v1/usage?by=namespace  ({base}/api/v1/usage?format=csv)")
             print(f"Grafana datasource (Prometheus type) URL: {base}/prometheus")
             print(f"Health: {base}/healthz  Readiness: {base}/readyz")
             print("Ctrl-C stops the demo.", flush=True)
