@@ -45,6 +45,7 @@ class Family:
 
 CONTAINER_MEMORY = "hami_container_device_memory_bytes"
 VGPU_MEMORY_USED = "hami_vgpu_memory_used_bytes"
+VGPU_MEMORY_LIMIT = "hami_vgpu_memory_limit_bytes"
 VGPU_UTILIZATION = "hami_container_device_utilization_ratio"
 LAST_KERNEL = "hami_container_last_kernel_elapsed_seconds"
 MEMORY_ALLOCATED = "hami_vgpu_memory_allocated_bytes"
@@ -62,7 +63,7 @@ FAMILIES: Mapping[str, Family] = {
             "GPU memory controller utilization ratio (0-100)",
         ),
         Family(VGPU_MEMORY_USED, "vGPU device memory usage in bytes"),
-        Family("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes"),
+        Family(VGPU_MEMORY_LIMIT, "vGPU device memory limit in bytes"),
         Family(CONTAINER_MEMORY, "Container device memory usage in bytes"),
         Family(VGPU_UTILIZATION, "Container device SM utilization ratio"),
         Family(LAST_KERNEL, "Seconds since last kernel execution in container"),

@@ -389,3 +389,23 @@ async def test_a_node_with_allocations_but_no_usage_source_says_so() -> None:
         assert row["memory_allocated_bytes"] == 500 * MIB
         assert row["cores_allocated"] == 0.25
         assert row["memory_used_bytes"] == 0
+
+
+def test_a_kai_share_without_memory_takes_the_enforced_limit_once_reported() -> None:
+    notes = {"gpu-fraction": "0.5"}
+    reservation = pod(
+        {"run.ai/reserve_for_gpu_index": A},
+        [{"name": "reserve"}],
+        labels={"runai-gpu-group": "g"},
+        uid="res",
+        name="gpu-reservation-g",
+    )
+    refs = {
+        r.uid: r for r in map(pod_ref, [pod(notes, labels={"runai-gpu-group": "g"}), reservation])
+    }
+    (held,) = StaticDirectory(refs, {}).holdings()
+    labels = f'container="main",device_uuid="{A}",namespace="team-a",pod="train",vdevice_index="0",zone="vGPU"'
+    allocated = f"hami_vgpu_memory_allocated_bytes{{{labels}}}".encode()
+    assert allocated not in node_batch([held], {}, 0).series
+    limit = {f"hami_vgpu_memory_limit_bytes{{{labels}}}".encode(): 40.0 * MIB}
+    assert node_batch([held], limit, 0).series[allocated] == 40.0 * MIB

@@ -199,7 +199,7 @@ async def test_prometheus_running_the_rules_agrees_with_the_report(
                     for group in report["groups"]:
                         key = tuple(group["labels"][n] for n in LABELS_OF[by])
                         ours = measured(group, field) / hours
-                        # A sum over nothing (a KAI share has no memory) records no series.
+                        # A sum over nothing (no vGPU of the group has that series) records no series.
                         theirs = prometheus_mean.get(key, 0.0)
                         assert close(theirs, ours, rel), (by, recorded_name, key, theirs, ours)
 

@@ -32,6 +32,7 @@ from collector.sources.pods import Holding, PodDirectory, PodRef
 from collector.store import NodeView, Store
 
 _STAND_INS = (schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION)
+_LIMIT = schema.VGPU_MEMORY_LIMIT.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +134,18 @@ def _real_series(view: NodeView | None, own: str) -> Mapping[bytes, float]:
 
 @dataclass(frozen=True, slots=True)
 class _VgpuKeys:
-    """The keys of one allocated vGPU: its stand-ins, its last kernel, its idle time."""
+    """The keys of one allocated vGPU: its stand-ins, its last kernel, its idle time.
+
+    ``limit`` is set for a share whose memory the pod object does not give (a
+    KAI fraction): its allocated memory is the limit HAMi-core enforces, once
+    a monitor reports it.
+    """
 
     stand_ins: tuple[bytes, ...]
     last_kernel: bytes
     idle: bytes
+    limit: tuple[bytes, bytes] | None = None
+    """The limit's key and the allocated memory's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +203,8 @@ def node_batch(
         series.update(keys.fixed)
         started = holding.pod.started
         for vgpu in keys.vgpus:
+            if vgpu.limit is not None and vgpu.limit[0] in real:
+                series[vgpu.limit[1]] = real[vgpu.limit[0]]
             for key in vgpu.stand_ins:
                 if key not in real:
                     series[key] = 0.0
@@ -230,6 +240,9 @@ def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
                     tuple(name.encode() + text for name in _STAND_INS),
                     schema.LAST_KERNEL.encode() + text,
                     schema.IDLE.encode() + text,
+                    None
+                    if grant.memory is not None
+                    else (_LIMIT + text, schema.MEMORY_ALLOCATED.encode() + text),
                 )
             )
     return _PodKeys(tuple(fixed), tuple(vgpus))
