@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -91,7 +91,7 @@ class PodAllocation:
     """Everything a pod holds, plus the reasons of what could not be read.
 
     ``kai_groups`` name the reservation groups whose card UUIDs the KAI grants
-    await (resolved by :func:`resolve_kai`).
+    await, one per device in order (resolved by :func:`resolve_kai`).
     """
 
     grants: tuple[Grant, ...] = ()
@@ -206,12 +206,8 @@ def _kai(
     if devices < 1 or (fraction is not None and not 0 < fraction <= 1) or (memory or 0) < 0:
         return PodAllocation(errors=("fraction",))
     container = notes.get(KAI_CONTAINER) or (containers[0] if containers else "")
-    groups = _kai_groups(labels)
-    grants = tuple(
-        Grant(container, i, groups[i] if i < len(groups) else "", memory, fraction, "fraction")
-        for i in range(devices)
-    )
-    return PodAllocation(grants, (), groups)
+    grants = tuple(Grant(container, i, "", memory, fraction, "fraction") for i in range(devices))
+    return PodAllocation(grants, (), _kai_groups(labels))
 
 
 def _kai_groups(labels: Mapping[str, str]) -> tuple[str, ...]:
@@ -222,21 +218,21 @@ def _kai_groups(labels: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def resolve_kai(allocation: PodAllocation, uuid_of: Callable[[str], str | None]) -> PodAllocation:
-    """KAI grants with the card UUID of their reservation group (empty while unknown)."""
-    if not allocation.kai_groups:
+    """KAI grants with the card UUID of their reservation group (empty while unknown).
+
+    Device *i* is in the *i*-th group, groups sorted by name (the pod's labels
+    have no order).
+    """
+    groups = allocation.kai_groups
+    if not groups:
         return allocation
     grants = tuple(
-        Grant(
-            g.container,
-            g.vdevice_index,
-            (uuid_of(g.device_uuid) or "")[:40],
-            g.memory,
-            g.cores,
-            g.kind,
-        )
+        replace(g, device_uuid=(uuid_of(groups[g.vdevice_index]) or "")[:40])
+        if g.vdevice_index < len(groups)
+        else g
         for g in allocation.grants
     )
-    return PodAllocation(grants, allocation.errors, allocation.kai_groups)
+    return PodAllocation(grants, allocation.errors, groups)
 
 
 def _whole(spec: Mapping[str, Any]) -> PodAllocation:

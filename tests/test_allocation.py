@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from fakekube import FakeKube
-from helpers import eventually, running_collector
+from helpers import eventually, prometheus_tool, running_collector
 
 from collector.allocation import MIB, Grant, parse_quantity, pod_allocation
 from collector.demo.agents import SimulatedDirectory, claim_uid
@@ -341,6 +343,16 @@ async def test_allocations_appear_before_the_first_kernel_and_join_usage_one_to_
             == c["memory_used_bytes"] / c["memory_allocated_bytes"]
             for c in busy
         )
+
+        # The page with allocations is still valid exposition, HELP and TYPE included.
+        async with http.get(f"{base}/metrics") as resp:
+            raw = await resp.read()
+        promtool = await asyncio.create_subprocess_exec(
+            prometheus_tool("promtool"), "check", "metrics", stdin=PIPE, stdout=PIPE, stderr=STDOUT
+        )
+        output, _ = await asyncio.wait_for(promtool.communicate(raw), 60)
+        assert promtool.returncode == 0, output.decode()
+        assert b"# HELP hami_vgpu_memory_allocated_bytes " in raw
 
         # A deleted pod's allocation goes.
         gone = next(p for p in objects.pods if p["metadata"]["namespace"] == FRESH_NAMESPACE)

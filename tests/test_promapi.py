@@ -69,7 +69,13 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
                 answer["data"]["result"] != [] and answer["data"]["result"][0]["value"][1] == "4"
             )
 
+        async def idle_known() -> bool:
+            # The pod watch's idle times follow the monitors' kernel times a refresh later.
+            _, answer = await client.get("query", query="count(hami_container_idle_seconds > 300)")
+            return bool(answer["data"]["result"])
+
         await eventually(scraped, 15, "every node in the history")
+        await eventually(idle_known, 15, "idle allocations in the history")
         yield client
 
 
