@@ -37,6 +37,8 @@ KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container
 KAI_GROUP = "runai-gpu-group"
 KAI_RESERVED_UUID = "run.ai/reserve_for_gpu_index"
 WHOLE_GPU = "nvidia.com/gpu"
+SCHEDULED_BY_VGPU = ("hami.io/vgpu-node", "4pd.io/vgpu-node", "volcano.sh/vgpu-node")
+"""Annotations of a pod a vGPU scheduler placed: its ``nvidia.com/gpu`` are vGPUs, not cards."""
 ENDED = frozenset({"Succeeded", "Failed"})
 
 REASONS = ("fields", "number", "range", "containers", "fraction", "claim")
@@ -139,6 +141,8 @@ def pod_allocation(pod: Mapping[str, Any]) -> PodAllocation:
         return _tuples(notes[VOLCANO_ALLOCATED], _volcano_names(spec), "vgpu")
     if KAI_FRACTION in notes or KAI_MEMORY in notes:
         return _kai(notes, meta.get("labels") or {}, containers)
+    if any(notes.get(key) for key in SCHEDULED_BY_VGPU):
+        return PodAllocation()  # a vGPU scheduler's pod whose allocation is not written (yet)
     return _whole(spec)
 
 

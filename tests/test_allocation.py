@@ -141,6 +141,12 @@ def test_whole_cards_from_limits_without_a_sharing_annotation() -> None:
     )
 
 
+def test_a_vgpu_schedulers_pod_without_its_allocation_is_not_taken_for_whole_cards() -> None:
+    containers = [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    scheduled = pod({"hami.io/vgpu-node": "node-a"}, containers)
+    assert pod_allocation(scheduled).grants == ()
+
+
 def test_kai_fraction_takes_its_card_from_the_reservation_pod() -> None:
     notes = {"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"}
     labels = {"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2"}
