@@ -235,3 +235,7 @@ async def test_csv_and_bad_parameters(collector: Collector) -> None:
                 assert named in body["message"], body
         async with http.get(f"{base}/api/v1/usage?by=pod&by=node") as resp:
             assert resp.status == 400
+        async with http.get(f"{base}/api/v1/openapi.json") as resp:
+            usage = (await resp.json())["paths"]["/api/v1/usage"]["get"]
+        assert set(usage["responses"]["200"]["content"]) == {"application/json", "text/csv"}
+        assert {p["name"] for p in usage["parameters"]} == {"by", "start", "end", "format"}

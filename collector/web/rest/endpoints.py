@@ -74,6 +74,8 @@ class Endpoint:
     response: type[BaseModel] | None
     params: tuple[Param, ...] = ()
     errors: tuple[int, ...] = ()
+    csv: bool = False
+    """Whether ``format=csv`` answers ``text/csv`` too."""
 
 
 def _sort_param(fields: Sequence[str]) -> Param:
@@ -176,6 +178,7 @@ USAGE = Endpoint(
         ),
     ),
     (400,),
+    csv=True,
 )
 OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)
 ENDPOINTS: tuple[Endpoint, ...] = (LIST_NODES, GET_NODE, LIST_CONTAINERS, GET_POD, USAGE, OPENAPI)
