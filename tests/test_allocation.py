@@ -427,3 +427,39 @@ def test_a_kai_share_without_memory_takes_the_enforced_limit_once_reported() -> 
     assert allocated not in node_batch([held], {}, 0).series
     limit = {f"hami_vgpu_memory_limit_bytes{{{labels}}}".encode(): 40.0 * MIB}
     assert node_batch([held], limit, 0).series[allocated] == 40.0 * MIB
+
+
+async def test_dra_allocations_come_through_the_claim_and_slice_watches(
+    fake: FakeKube, kubeconfig: Path
+) -> None:
+    nodes = build_cluster(1, seed=9, cards=2, allocations_per_node=3, flavours=("hami",))
+    objects = SimulatedDirectory(nodes, dra=[nodes[0].name]).objects()
+    for obj in objects.pods:
+        fake.add_pod(obj)
+    for claim in objects.claims:
+        fake.add_claim(claim)
+    for resource_slice in objects.slices:
+        fake.add_slice(resource_slice)
+    cards = {card.uuid[:40] for card in nodes[0].cards}
+    async with (
+        running_collector(
+            kubernetes=True, kubeconfig=kubeconfig, flavours="hami", interval=0.3, timeout=0.25
+        ) as (base, _),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def allocated() -> bool:
+            got = _named(await _metrics(http, base), "hami_vgpu_memory_allocated_bytes")
+            return len(got) == sum(
+                len(c["status"]["allocation"]["devices"]["results"]) for c in objects.claims
+            )
+
+        await eventually(allocated, 15, "every claimed device allocated")
+        page = await _metrics(http, base)
+        allocated_series = _named(page, "hami_vgpu_memory_allocated_bytes")
+        assert {dict(labels)["device_uuid"] for labels in allocated_series} <= cards
+        kinds = {
+            dict(labels)["resource_kind"] for labels in _named(page, "hami_container_gpu_info")
+        }
+        assert kinds == {"dra"}
+        assert any(("namespace", FRESH_NAMESPACE) in labels for labels in allocated_series)
