@@ -403,6 +403,10 @@ async def test_a_node_with_allocations_but_no_usage_source_says_so() -> None:
         async with http.get(f"{base}/api/v1/nodes/gpu-lonely") as resp:
             detail = await resp.json()
         assert detail["node"]["sources"] == [{"kind": "allocation", "name": "pod watch"}]
+        assert detail["node"]["health"] == "unreported"
+        async with http.get(f"{base}/api/v1/nodes") as resp:
+            (listed,) = (await resp.json())["nodes"]
+        assert listed["health"] == "unreported"
         (row,) = detail["unmatched_containers"]  # no card: nobody reports this node's cards
         assert row["memory_allocated_bytes"] == 500 * MIB
         assert row["cores_allocated"] == 0.25

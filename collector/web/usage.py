@@ -162,7 +162,8 @@ class Shape:
 class NodeUsage:
     """What one store view says about its node.
 
-    ``newest`` is the monotonic time of the newest batch that fed the view (:func:`_newest`).
+    ``newest`` is the monotonic time of the newest batch that fed the view (:func:`_newest`);
+    ``reported`` whether a monitor or agent feeds it (not the pod watch alone).
     ``containers`` is read from the view on first use.
     """
 
@@ -173,6 +174,7 @@ class NodeUsage:
         "memory_total",
         "memory_used",
         "newest",
+        "reported",
         "shape",
         "utilization_average",
         "view",
@@ -191,6 +193,7 @@ class NodeUsage:
         self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
         self.utilization_average = sum(utils) / len(utils) if utils else None
         self.newest = _newest(view)
+        self.reported = any(h.source.kind is not schema.SourceKind.ALLOCATION for h in view.sources)
         self._containers: tuple[ContainerReading, ...] | None = None
 
     @property

@@ -35,7 +35,7 @@ from collector.web.rest.endpoints import (
 )
 from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail
 from collector.web.rest.openapi import openapi_document
-from collector.web.rest.presented import Presented, container_row, health
+from collector.web.rest.presented import Presented, container_row
 from collector.web.usage import ContainerReading
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -90,14 +90,14 @@ class RestApi:
             if field == "data_age_seconds":
                 return item[1]
             if field == "health":
-                return health(item[1], interval)
+                return item[0].health(item[1], interval)
             return getattr(item[0].summary, field)
 
         chosen = sort_and_limit(nodes, query, value)
         body = b'{"status":"success","generation":%d,"total":%d,"nodes":[%s]}' % (
             store.generation,
             len(nodes),
-            b",".join(p.json_at(age, health(age, interval)) for p, age in chosen),
+            b",".join(p.json_at(age, p.health(age, interval)) for p, age in chosen),
         )
         return web.Response(body=body, content_type=JSON)
 

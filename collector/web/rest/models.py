@@ -60,9 +60,13 @@ class NodeSummary(_Model):
     )
     container_count: int = Field(description="distinct vGPU containers (namespace/pod/container)")
     sources: list[SourceRef] = Field(description="what feeds the node, the preferred source first")
-    data_age_seconds: float = Field(description="seconds since the newest batch of any source")
-    health: Literal["ok", "stale"] = Field(
-        description="ok while the data age is at most twice the scrape interval"
+    data_age_seconds: float = Field(
+        description="seconds since the newest batch of a monitor or agent (of the pod watch"
+        " for an unreported node)"
+    )
+    health: Literal["ok", "stale", "unreported"] = Field(
+        description="ok while the data age is at most twice the scrape interval; unreported"
+        " when only the pod watch's allocations feed the node (no monitor or agent)"
     )
 
 

@@ -21,8 +21,15 @@ from collector.web.usage import ContainerReading, NodeUsage
 _TIMELY = {"data_age_seconds", "health"}
 
 
-def health(age: float, interval: float) -> Literal["ok", "stale"]:
-    """A node's health: ok while its data age is at most twice the scrape interval."""
+def health(
+    age: float, interval: float, reported: bool = True
+) -> Literal["ok", "stale", "unreported"]:
+    """A node's health: ok while its data age is at most twice the scrape interval.
+
+    ``unreported``: only the pod watch's allocations feed the node, no monitor or agent.
+    """
+    if not reported:
+        return "unreported"
     return "ok" if age <= 2 * interval else "stale"
 
 
@@ -112,8 +119,12 @@ class Presented:
         """The summary with its data age and health as of ``now``."""
         age = self.age(now)
         return self.summary.model_copy(
-            update={"data_age_seconds": age, "health": health(age, interval)}
+            update={"data_age_seconds": age, "health": self.health(age, interval)}
         )
+
+    def health(self, age: float, interval: float) -> Literal["ok", "stale", "unreported"]:
+        """The node's health at data age ``age``."""
+        return health(age, interval, self.usage.reported)
 
     def json_at(self, age: float, health: str) -> bytes:
         """The summary's JSON, given its data age and health."""
