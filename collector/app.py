@@ -30,6 +30,7 @@ from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
+from collector.sources.allocations import AllocationConfig, AllocationSource
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
@@ -42,6 +43,7 @@ from collector.tsdb.history import History
 from collector.web import health
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
+from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
 from core.shards import Shard
@@ -90,7 +92,14 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.router.add_routes(PrometheusAPI.from_settings(store, settings).routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
-    rest_api = RestApi(STORE, settings.interval, settings.shard)
+    chargeback = Chargeback(
+        store.history,
+        settings.interval,
+        settings.lookback,
+        settings.query_timeout,
+        settings.query_max_samples,
+    )
+    rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
     app[DISCOVERY] = []
@@ -180,7 +189,8 @@ async def _push(request: web.Request) -> web.Response:
 
 
 def _priorities(settings: CollectorSettings) -> dict[SourceKind, int]:
-    return {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
+    ranks = {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
+    return ranks | {SourceKind.ALLOCATION: len(ranks)}  # the pod watch's stand-ins lose to all
 
 
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
@@ -242,11 +252,22 @@ def _sources(
                 )
                 pods = directory
             auth = _authenticator(settings, api_client, pods)
-            if isinstance(pods, KubernetesDirectory) and not isinstance(auth, Refuse):
-                running = pods  # the cluster-wide pod watch serves push attribution only
+            pushes = not isinstance(auth, Refuse)
+            if isinstance(pods, KubernetesDirectory) and (pushes or settings.allocations):
+                running = pods  # the cluster-wide pod watch: push attribution and allocations
                 synced.append(("the pod directory", lambda: running.synced))
                 app[DISCOVERY].append(running.status)
                 await stack.enter_async_context(tasks.running("pod directory", running.run))
+            if settings.allocations:
+                allocations = AllocationSource(
+                    pods,
+                    app[STORE],
+                    AllocationConfig(
+                        settings.interval, _priorities(settings)[SourceKind.ALLOCATION]
+                    ),
+                    app[METRICS].allocation_malformed,
+                )
+                await stack.enter_async_context(tasks.running("allocations", allocations.run))
             config = PushConfig(
                 settings.push_body_limit,
                 settings.push_max_inflight,

@@ -26,6 +26,12 @@ class SourceKind(StrEnum):
     VOLCANO = "volcano"
     KAI = "kai"
     AGENT = "agent"
+    ALLOCATION = "allocation"
+
+
+RANKED_KINDS = tuple(kind for kind in SourceKind if kind is not SourceKind.ALLOCATION)
+"""The kinds ``--priority`` orders; allocation (from the pod watch) always ranks last,
+so its stand-in usage of 0 gives way to any real reading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,13 @@ class Family:
 
 CONTAINER_MEMORY = "hami_container_device_memory_bytes"
 VGPU_MEMORY_USED = "hami_vgpu_memory_used_bytes"
+VGPU_MEMORY_LIMIT = "hami_vgpu_memory_limit_bytes"
+VGPU_UTILIZATION = "hami_container_device_utilization_ratio"
+LAST_KERNEL = "hami_container_last_kernel_elapsed_seconds"
+MEMORY_ALLOCATED = "hami_vgpu_memory_allocated_bytes"
+CORE_ALLOCATED = "hami_vgpu_core_allocated_ratio"
+GPU_INFO = "hami_container_gpu_info"
+IDLE = "hami_container_idle_seconds"
 
 FAMILIES: Mapping[str, Family] = {
     family.name: family
@@ -50,13 +63,10 @@ FAMILIES: Mapping[str, Family] = {
             "GPU memory controller utilization ratio (0-100)",
         ),
         Family(VGPU_MEMORY_USED, "vGPU device memory usage in bytes"),
-        Family("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes"),
+        Family(VGPU_MEMORY_LIMIT, "vGPU device memory limit in bytes"),
         Family(CONTAINER_MEMORY, "Container device memory usage in bytes"),
-        Family("hami_container_device_utilization_ratio", "Container device SM utilization ratio"),
-        Family(
-            "hami_container_last_kernel_elapsed_seconds",
-            "Seconds since last kernel execution in container",
-        ),
+        Family(VGPU_UTILIZATION, "Container device SM utilization ratio"),
+        Family(LAST_KERNEL, "Seconds since last kernel execution in container"),
         Family("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes"),
         Family("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"),
         Family("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"),
@@ -67,6 +77,40 @@ FAMILIES: Mapping[str, Family] = {
         Family("hami_host_gpu_power_usage_watts", "GPU power draw in watts"),
     )
 }
+
+ALLOCATION_FAMILIES: Mapping[str, Family] = {
+    family.name: family
+    for family in (
+        Family(
+            MEMORY_ALLOCATED,
+            "vGPU device memory allocated to the container in bytes; until the vGPU is"
+            " reported, hami_vgpu_memory_used_bytes and"
+            " hami_container_device_utilization_ratio are 0 for it",
+        ),
+        Family(CORE_ALLOCATED, "Share of the device's cores allocated to the container (0-1)"),
+        Family(
+            GPU_INFO,
+            "GPU allocation of a container; resource_kind is vgpu, whole, fraction or dra",
+        ),
+        Family(
+            IDLE,
+            "Seconds since the container's last kernel, or since its pod started if it never ran one",
+        ),
+    )
+}
+"""The families the pod watch makes (:mod:`collector.sources.allocations`), not the monitors.
+
+Where an allocated vGPU has no usage series yet, the pod watch stands in
+``hami_vgpu_memory_used_bytes`` and ``hami_container_device_utilization_ratio``
+of 0 (the HELP of the allocated memory says so), so a pod shows at once.
+"""
+
+ALLOCATION_READINGS: tuple[tuple[str, str], ...] = (
+    ("memory_allocated", MEMORY_ALLOCATED),
+    ("cores_allocated", CORE_ALLOCATED),
+    ("idle_seconds", IDLE),
+)
+"""The per-vGPU families of the pod watch, labelled as the usage of that vGPU is."""
 
 ZONE = ("zone", "vGPU")
 """The constant label HAMi's monitors put on every series of their collector."""

@@ -15,6 +15,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from collector import __version__
+from collector.allocation import REASONS
 from collector.batch import Batch, Source
 from collector.exposition.render import format_value, render_header, series_key
 from collector.schema import Flavour
@@ -88,6 +89,14 @@ class SelfMetrics:
             "Discovered targets skipped because another shard holds their node.",
             registry=r,
         )
+        self.allocation_errors = Counter(
+            _PREFIX + "allocation_errors",
+            "Parts of pods' GPU allocations that could not be read (left out), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REASONS:  # every reason at 0 from the start, so rate() sees the first
+            self.allocation_errors.labels(reason)
         info = Gauge(
             _PREFIX + "build_info",
             "Build of this collector.",
@@ -146,6 +155,11 @@ class SelfMetrics:
         targets come and go. Logs and ``/healthz`` name the task itself.
         """
         self.restarts.labels(task).inc()
+        self.version += 1
+
+    def allocation_malformed(self, reason: str) -> None:
+        """Count a part of a pod's allocation left out; ``reason`` is one of ``REASONS``."""
+        self.allocation_errors.labels(reason).inc()
         self.version += 1
 
     def _accepted(self, batch: Batch) -> None:

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from collector.schema import Flavour, SourceKind
+from collector.schema import RANKED_KINDS, Flavour
 from core.settings import CommaList, FileSettings, is_loopback, parse_listen
 from core.shards import Shard
 
@@ -61,6 +61,10 @@ class CollectorSettings(FileSettings):
     )
     kai_port: int = Field(
         9394, ge=1, le=65535, description="KAI monitor port when no port is named 'metrics'."
+    )
+    allocations: bool = Field(
+        True,
+        description="Serve each pod's GPU allocation and idle time, read from the pod watch.",
     )
     interval: float = Field(15.0, gt=0, description="Seconds between two scrapes of a target.")
     timeout: float = Field(
@@ -216,8 +220,8 @@ class CollectorSettings(FileSettings):
             raise ValueError(
                 f"shard-index ({self.shard_index}) must be below shard-count ({self.shard_count})"
             )
-        if sorted(self.priority) != sorted(SourceKind):
-            raise ValueError(f"priority must order exactly {','.join(SourceKind)}")
+        if sorted(self.priority) != sorted(RANKED_KINDS):
+            raise ValueError(f"priority must order exactly {','.join(RANKED_KINDS)}")
         check_remote_write(self)
         return self
 

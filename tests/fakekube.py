@@ -4,8 +4,8 @@ Why a real HTTP server rather than mocks: the discovery code talks to Kubernetes
 kubernetes_asyncio, whose watch machinery (chunked newline-delimited JSON, ERROR events,
 410 handling, request timeouts, stream end on server close) is exactly what we need to
 exercise. Mocking the client would test our assumptions about the library instead of
-the library itself. Served: list/watch of pods and of ResourceClaims (resource.k8s.io/v1),
-and TokenReviews of bound service-account tokens; only on loopback, every wait bounded.
+the library itself. Served: list/watch of pods, of ResourceClaims and of (cluster-scoped)
+ResourceSlices (resource.k8s.io/v1), and TokenReviews of bound service-account tokens; only on loopback, every wait bounded.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _event(kind: str, obj: JSON) -> JSON:
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,13 @@ class _Kind:
 
 PODS = _Kind("Pod", "v1", "pods", "/api/v1")
 CLAIMS = _Kind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", "/apis/resource.k8s.io/v1")
-_KINDS = {k.plural: k for k in (PODS, CLAIMS)}
+SLICES = _Kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", "/apis/resource.k8s.io/v1")
+_KINDS = {k.plural: k for k in (PODS, CLAIMS, SLICES)}
 _DISCOVERY = {  # group version -> (plural, kind, namespaced, verbs) of /apis/{group}/{version}
-    CLAIMS.api_version: [(CLAIMS.plural, CLAIMS.kind, True, ["get", "list", "watch"])],
+    CLAIMS.api_version: [
+        (CLAIMS.plural, CLAIMS.kind, True, ["get", "list", "watch"]),
+        (SLICES.plural, SLICES.kind, False, ["get", "list", "watch"]),
+    ],
     "authentication.k8s.io/v1": [("tokenreviews", "TokenReview", False, ["create"])],
 }
 _AUDIENCE = "hami-usage-collector"
@@ -345,6 +349,10 @@ class FakeKube:
     def delete_claim(self, namespace: str, name: str) -> JSON:
         """Delete a ResourceClaim; returns its final state."""
         return self._record(CLAIMS, self._objects[CLAIMS][namespace, name], None)
+
+    def add_slice(self, resource_slice: JSON) -> JSON:
+        """Create a (cluster-scoped) ResourceSlice; returns the stored copy."""
+        return self._add(SLICES, resource_slice)
 
     def issue_token(
         self,

@@ -48,8 +48,10 @@ S = TypeVar("S", CollectorSettings, AgentSettings)
 
 # Each rule as (apiGroup, resource, verb).
 POD_READ = {("", "pods", verb) for verb in ("get", "list", "watch")}
-PUSH_RULES = {("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")} | {
-    ("authentication.k8s.io", "tokenreviews", "create")
+CLAIM_READ = {("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")}
+PUSH_RULES = CLAIM_READ | {("authentication.k8s.io", "tokenreviews", "create")}
+ALLOCATION_RULES = CLAIM_READ | {
+    ("resource.k8s.io", "resourceslices", v) for v in ("get", "list", "watch")
 }
 
 # Settings the chart sets itself (or cannot offer: files it does not mount);
@@ -232,11 +234,13 @@ def test_dashboard_copy_is_the_original() -> None:
 # --- RBAC -------------------------------------------------------------------------
 
 
-def test_rbac_default_is_exactly_pods_claims_tokenreviews(rendered: dict[str, list[Doc]]) -> None:
+def test_rbac_default_is_exactly_pods_claims_slices_tokenreviews(
+    rendered: dict[str, list[Doc]],
+) -> None:
     docs = rendered["default"]
     assert not find(docs, "Role")
     role = one(docs, "ClusterRole")
-    assert rules(role) == POD_READ | PUSH_RULES
+    assert rules(role) == POD_READ | PUSH_RULES | ALLOCATION_RULES
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -247,12 +251,14 @@ def test_rbac_default_is_exactly_pods_claims_tokenreviews(rendered: dict[str, li
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
 
-def test_rbac_without_pushes_reads_pods_only(rendered: dict[str, list[Doc]]) -> None:
-    assert rules(one(rendered["agent-off"], "ClusterRole")) == POD_READ
+def test_rbac_without_pushes_reads_pods_and_allocations_only(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    assert rules(one(rendered["agent-off"], "ClusterRole")) == POD_READ | ALLOCATION_RULES
 
 
 def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
-    # Agent off: one Role per namespace, nothing cluster-scoped.
+    # Agent and allocations off: one Role per namespace, nothing cluster-scoped.
     docs = rendered["namespaced-agent-off"]
     assert not find(docs, "ClusterRole")
     assert not find(docs, "ClusterRoleBinding")
@@ -265,14 +271,14 @@ def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
     # Agent on: push attribution keeps its cluster-wide grant (and says so in NOTES).
     docs = rendered["namespaced"]
     assert len(find(docs, "Role")) == 2
-    assert rules(one(docs, "ClusterRole")) == POD_READ | PUSH_RULES
+    assert rules(one(docs, "ClusterRole")) == POD_READ | PUSH_RULES | ALLOCATION_RULES
 
 
 def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
     for name, docs in rendered.items():
         for role in find(docs, "ClusterRole") + find(docs, "Role"):
             granted = rules(role)
-            assert granted <= POD_READ | PUSH_RULES, name
+            assert granted <= POD_READ | PUSH_RULES | ALLOCATION_RULES, name
             assert not any("*" in part for rule in granted for part in rule), name
         # The agent's service account is bound to nothing.
         for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):

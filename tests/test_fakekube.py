@@ -329,7 +329,10 @@ async def test_claims_list(fake: FakeKube, kube_client: ApiClient) -> None:
     async with resp:
         assert [c["metadata"]["uid"] for c in json.loads(await resp.read())["items"]] == ["claim-1"]
     found = await res.get_api_resources(_request_timeout=5)
-    assert [r.name for r in found.resources] == ["resourceclaims"]
+    assert [(r.name, r.namespaced) for r in found.resources] == [
+        ("resourceclaims", True),
+        ("resourceslices", False),
+    ]
     typed = await res.list_resource_claim_for_all_namespaces(_request_timeout=5)
     assert typed.items[0].status.reserved_for[0].uid == pod["metadata"]["uid"]  # models accept it
     # Library behaviour worth knowing: a typed Watch of claims fails in kubernetes_asyncio 36
@@ -343,6 +346,26 @@ async def test_claims_list(fake: FakeKube, kube_client: ApiClient) -> None:
             ) as stream,
         ):
             await anext(aiter(stream))
+
+
+async def test_slices_are_listed_cluster_wide(fake: FakeKube, kube_client: ApiClient) -> None:
+    devices = [{"name": "hami-gpu-0", "attributes": {"uuid": {"string": "GPU-1"}}}]
+    fake.add_slice(
+        {
+            "kind": "ResourceSlice",
+            "apiVersion": "resource.k8s.io/v1",
+            "metadata": {"name": "node-a-gpu", "uid": "slice-1"},
+            "spec": {"driver": "gpu.example", "pool": {"name": "node-a"}, "devices": devices},
+        }
+    )
+    res: Any = ResourceV1Api(kube_client)
+    resp = await res.list_resource_slice(_preload_content=False)
+    async with resp:
+        body = json.loads(await resp.read())
+    assert body["kind"] == "ResourceSliceList"
+    assert [(s["metadata"]["name"], s["spec"]["devices"]) for s in body["items"]] == [
+        ("node-a-gpu", devices)
+    ]
 
 
 async def test_claims_watch_shares_versions_with_pods(

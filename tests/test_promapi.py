@@ -24,6 +24,7 @@ from helpers import (
 )
 
 from collector.app import STORE
+from collector.demo.agents import SimulatedDirectory
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.promql.query import Prepared
@@ -49,11 +50,13 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    """The collector scraping a frozen simulated cluster of every flavour."""
+    """The collector scraping a frozen simulated cluster of every flavour, with its pods' allocations."""
     nodes = build_cluster(4, seed=31, flavours=("hami", "hami-legacy", "volcano", "kai"))
     async with (
         MonitorFarm(nodes, clock=lambda: FROZEN) as farm,
-        scraping_collector(farm, tmp_path, interval=0.5, timeout=0.4) as (base, _),
+        scraping_collector(
+            farm, tmp_path, pods=SimulatedDirectory(nodes), interval=0.5, timeout=0.4
+        ) as (base, _),
         aiohttp.ClientSession() as http,
     ):
         client = Api(base, http)
@@ -66,7 +69,13 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
                 answer["data"]["result"] != [] and answer["data"]["result"][0]["value"][1] == "4"
             )
 
+        async def idle_known() -> bool:
+            # The pod watch's idle times follow the monitors' kernel times a refresh later.
+            _, answer = await client.get("query", query="count(hami_container_idle_seconds > 300)")
+            return bool(answer["data"]["result"])
+
         await eventually(scraped, 15, "every node in the history")
+        await eventually(idle_known, 15, "idle allocations in the history")
         yield client
 
 

@@ -136,6 +136,7 @@ async def collector(tmp_path: Path) -> AsyncIterator[Pushing]:
     async with running_collector(
         pods=SimulatedDirectory([node]),
         kubernetes=False,
+        allocations=False,  # only the pushed series: tests/test_allocation.py covers the others
         push_auth="none",
         stale_after=1.0,
         push_max_inflight=1,
@@ -256,6 +257,7 @@ async def test_an_agent_outranks_the_nodes_monitor(tmp_path: Path) -> None:
             farm,
             tmp_path,
             pods=SimulatedDirectory([node]),
+            allocations=False,
             push_auth="none",
             interval=0.3,
             timeout=0.2,

@@ -551,9 +551,15 @@ async def test_openapi_describes_every_route_parameter_and_error() -> None:
         for part in ref[2:].split("/"):
             target = target[part]
     schemas = doc["components"]["schemas"]
-    assert {"NodeList", "NodeDetail", "ContainerList", "PodDetail", "ShardInfo", "Error"} <= set(
-        schemas
-    )
+    assert {
+        "NodeList",
+        "NodeDetail",
+        "ContainerList",
+        "PodDetail",
+        "ShardInfo",
+        "UsageReport",
+        "Error",
+    } <= set(schemas)
     error = schemas["Error"]
     assert set(error["required"]) == {"status", "error", "message"}
     assert error["properties"]["error"]["enum"] == ["not_found", "bad_request"]

@@ -15,7 +15,15 @@ from pathlib import Path
 from agent.simulated import FakeCard, FakeNvml, ProcSlot, RegionSpec, run_simulated, write_region
 from collector.demo.devices import Allocation
 from collector.demo.node import SimulatedNode
-from collector.sources.pods import Claim, PodRef, StaticDirectory
+from collector.demo.pods import Objects, cluster_objects
+from collector.sources.pods import (
+    Holding,
+    PodRef,
+    StaticDirectory,
+    claim_of,
+    pod_ref,
+    slice_devices,
+)
 
 REGION_FILE = "region.cache"
 
@@ -47,11 +55,6 @@ def region_specs(node: SimulatedNode) -> dict[tuple[str, str], RegionSpec]:
             last_kernel_time=kernel,
         )
     return specs
-
-
-def claim_name(pod: str, container: str) -> str:
-    """The ResourceClaim a simulated HAMi-DRA container's vGPUs come from."""
-    return f"{pod}-{container}-vgpu"
 
 
 def claim_uid(pod_uid: str, container: str) -> str:
@@ -107,12 +110,21 @@ def sync_nvml(nvml: FakeNvml, node: SimulatedNode) -> None:
 class SimulatedDirectory:
     """What the collector's pod watch would know of the simulated pods, current as pods churn.
 
-    Pods of the nodes named in ``dra`` use one ResourceClaim per container.
+    It reads the pods' Kubernetes objects (:mod:`collector.demo.pods`) through
+    the collector's own parsers. Pods of the nodes named in ``dra`` use one
+    ResourceClaim per container. A pod's start is when this directory first saw it.
     """
 
-    def __init__(self, nodes: Sequence[SimulatedNode], dra: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[SimulatedNode],
+        dra: Collection[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._nodes = nodes
         self._dra = dra
+        self._clock = clock
+        self._born: dict[str, float] = {}
         self._stamp: tuple[int, ...] | None = None
         self._known = StaticDirectory({}, {})
 
@@ -124,6 +136,17 @@ class SimulatedDirectory:
         """The simulated pod and container of a claim."""
         return self._current().claim_owner(uid)
 
+    def holdings(self) -> list[Holding]:
+        """What every simulated pod holds."""
+        return self._current().holdings()
+
+    def objects(self) -> Objects:
+        """The simulated cluster's pods, claims and slices, as the API would serve them."""
+        return cluster_objects(self._nodes, self._dra, self._started, claim_uid)
+
+    def _started(self, uid: str) -> float:
+        return self._born.setdefault(uid, self._clock())
+
     def _current(self) -> StaticDirectory:
         stamp = tuple(node.revision for node in self._nodes)
         if stamp != self._stamp:
@@ -132,21 +155,12 @@ class SimulatedDirectory:
         return self._known
 
     def _build(self) -> StaticDirectory:
-        containers: dict[str, dict[str, str]] = {}
-        refs: dict[str, tuple[str, str, str]] = {}
-        claims: dict[str, Claim] = {}
-        for node in self._nodes:
-            for a in node.allocations:
-                refs[a.pod_uid] = (a.namespace, a.pod, node.name)
-                if node.name in self._dra:
-                    name = claim_name(a.pod, a.container)
-                    containers.setdefault(a.pod_uid, {})[name] = a.container
-                    claims[claim_uid(a.pod_uid, a.container)] = Claim(name, (a.pod_uid,))
-        pods = {
-            uid: PodRef(uid, namespace, pod, node, containers.get(uid, {}))
-            for uid, (namespace, pod, node) in refs.items()
-        }
-        return StaticDirectory(pods, claims)
+        objects = self.objects()
+        pods = {ref.uid: ref for ref in map(pod_ref, objects.pods)}
+        claims = {c["metadata"]["uid"]: claim_of(c) for c in objects.claims}
+        slices = {key: uuid for s in objects.slices for key, uuid in slice_devices(s)}
+        self._born = {uid: t for uid, t in self._born.items() if uid in pods}
+        return StaticDirectory(pods, claims, slices)
 
 
 async def run_agent(

@@ -120,6 +120,7 @@ def demo_app(
         f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}",
         f"Scrape target (whole cluster): {base}/metrics",
         f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)",
+        f"Chargeback: {base}/api/v1/usage?by=namespace  ({base}/api/v1/usage?format=csv)",
         f"Grafana datasource (Prometheus type) URL: {base}/prometheus",
         f"Health: {base}/healthz  Readiness: {base}/readyz",
         "Ctrl-C stops the demo.",

@@ -1,19 +1,27 @@
-"""Who a pod UID or a ResourceClaim UID is: the attribution of pushed regions.
+"""Who a pod UID or a ResourceClaim UID is, and what each pod holds.
 
-The collector watches pods once for the whole cluster; agents send only UIDs.
+The collector watches pods once for the whole cluster; agents send only UIDs,
+which this directory attributes. The same watch (with the ResourceClaims and
+ResourceSlices) tells what GPUs each bound pod was given
+(:mod:`collector.allocation`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
+from collector import allocation
+from collector.allocation import DeviceResult, Grant, PodAllocation
 from collector.sources.kubernetes import Backoff, Timeouts, Watcher
 from collector.sources.targets import DiscoveryState
+
+SliceKey = tuple[str, str, str]
+"""A ResourceSlice device: driver, pool, device name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +30,9 @@ class PodRef:
 
     ``claim_containers`` maps the name of each ResourceClaim the pod uses to the
     ``container`` label its usage gets: the containers that reference it.
+    ``allocation`` is what the pod's own object says it holds, ``bound``
+    whether it holds it now (on a node, not ended), ``started`` when it
+    started (Unix seconds), ``reserves`` a KAI reservation pod's (group, UUID).
     """
 
     uid: str
@@ -29,14 +40,32 @@ class PodRef:
     name: str
     node: str
     claim_containers: Mapping[str, str] = field(default_factory=dict)
+    allocation: PodAllocation = field(default_factory=PodAllocation)
+    bound: bool = False
+    started: float | None = None
+    reserves: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A ResourceClaim: its name and the UIDs of the pods it is reserved for."""
+    """A ResourceClaim: its name, the UIDs of the pods it is reserved for, its devices.
+
+    ``errors`` are the reasons of allocation results that could not be read.
+    """
 
     name: str
     consumers: tuple[str, ...]
+    results: tuple[DeviceResult, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What one bound pod holds, every card resolved as far as the cluster tells."""
+
+    pod: PodRef
+    grants: tuple[Grant, ...]
+    errors: tuple[str, ...]
 
 
 class PodDirectory(Protocol):
@@ -48,6 +77,9 @@ class PodDirectory(Protocol):
     def claim_owner(self, uid: str) -> tuple[PodRef, str] | None:
         """The first existing pod a ResourceClaim is reserved for, and its container label."""
 
+    def holdings(self) -> list[Holding]:
+        """What every bound pod holds now."""
+
 
 def pod_ref(pod: Mapping[str, Any]) -> PodRef:
     """The :class:`PodRef` of a pod object."""
@@ -58,6 +90,10 @@ def pod_ref(pod: Mapping[str, Any]) -> PodRef:
         meta["name"],
         spec.get("nodeName") or "",
         _claim_containers(pod),
+        allocation.pod_allocation(pod),
+        allocation.bound(pod),
+        allocation.started(pod),
+        allocation.reserved_uuid(pod),
     )
 
 
@@ -80,7 +116,54 @@ def claim_of(claim: Mapping[str, Any]) -> Claim:
     """The :class:`Claim` of a ResourceClaim object: reserved-for pods in the order listed."""
     reserved = (claim.get("status") or {}).get("reservedFor") or []
     consumers = tuple(r["uid"] for r in reserved if r.get("resource") == "pods" and r.get("uid"))
-    return Claim(claim["metadata"]["name"], consumers)
+    results, errors = allocation.claim_results(claim)
+    return Claim(claim["metadata"]["name"], consumers, results, errors)
+
+
+def slice_devices(resource_slice: Mapping[str, Any]) -> tuple[tuple[SliceKey, str], ...]:
+    """The card UUID of each device of a ResourceSlice that names one (``attributes.uuid``)."""
+    spec = resource_slice.get("spec") or {}
+    driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+    out = []
+    for device in spec.get("devices") or []:
+        uuid = ((device.get("attributes") or {}).get("uuid") or {}).get("string")
+        if uuid:
+            out.append(((driver, pool, device.get("name", "")), str(uuid)))
+    return tuple(out)
+
+
+def holdings(
+    pods: Mapping[str, PodRef],
+    claims: Mapping[str, Claim],
+    slices: Mapping[SliceKey, str],
+) -> list[Holding]:
+    """What every bound pod holds: its own allocation, KAI cards resolved, and its claims' devices."""
+    groups = {ref.reserves[0]: ref.reserves[1] for ref in pods.values() if ref.reserves}
+    claimed: dict[str, list[Claim]] = {}
+    for claim in claims.values():
+        for uid in claim.consumers[:1]:  # usage goes to the first consumer: so does allocation
+            claimed.setdefault(uid, []).append(claim)
+    out = []
+    for ref in pods.values():
+        if not ref.bound:
+            continue
+        own = allocation.resolve_kai(ref.allocation, groups.get)
+        grants, errors = list(own.grants), list(own.errors)
+        for claim in claimed.get(ref.uid, ()):
+            containers = ref.claim_containers.get(claim.name, "")
+            uuid_of = _slice_uuid(slices)
+            grants.extend(allocation.claim_grants(containers, claim.results, uuid_of))
+            errors.extend(claim.errors)
+        if grants or errors:
+            out.append(Holding(ref, tuple(grants), tuple(errors)))
+    return out
+
+
+def _slice_uuid(slices: Mapping[SliceKey, str]) -> Callable[[DeviceResult], str]:
+    def uuid_of(result: DeviceResult) -> str:
+        return slices.get((result.driver, result.pool, result.device), "")
+
+    return uuid_of
 
 
 def _owner(claim: Claim | None, pods: Mapping[str, PodRef]) -> tuple[PodRef, str] | None:
@@ -99,6 +182,7 @@ class StaticDirectory:
 
     pods: Mapping[str, PodRef]
     claims: Mapping[str, Claim]
+    slices: Mapping[SliceKey, str] = field(default_factory=dict)
 
     def pod(self, uid: str) -> PodRef | None:
         """The pod with this UID."""
@@ -108,13 +192,21 @@ class StaticDirectory:
         """The first known pod the claim is reserved for, and its container label."""
         return _owner(self.claims.get(uid), self.pods)
 
+    def holdings(self) -> list[Holding]:
+        """What every bound pod holds."""
+        return holdings(self.pods, self.claims, self.slices)
+
 
 def _nothing() -> None:
     """Attribution reads the directory on demand: nobody needs telling of a change."""
 
 
 class KubernetesDirectory:
-    """One cluster-wide watch of pods, and one of ResourceClaims (for HAMi-DRA regions)."""
+    """One cluster-wide watch of pods, one of ResourceClaims and one of ResourceSlices.
+
+    Claims attribute HAMi-DRA regions and hold DRA allocations; slices name the
+    card (UUID) behind each allocated DRA device.
+    """
 
     def __init__(
         self,
@@ -145,6 +237,17 @@ class KubernetesDirectory:
             timeouts,
             Backoff(*backoff),
         )
+        self._slices = Watcher(
+            "resourceslices",
+            resource.list_resource_slice,
+            resource.list_resource_slice,
+            "",
+            "",
+            slice_devices,
+            _nothing,
+            timeouts,
+            Backoff(*backoff),
+        )
 
     @property
     def synced(self) -> bool:
@@ -163,8 +266,14 @@ class KubernetesDirectory:
         """The first existing pod the claim is reserved for, and its container label."""
         return _owner(self._claims.objects.get(uid), self._pods.objects)
 
+    def holdings(self) -> list[Holding]:
+        """What every bound pod holds now."""
+        slices = {key: uuid for devices in self._slices.objects.values() for key, uuid in devices}
+        return holdings(self._pods.objects, self._claims.objects, slices)
+
     async def run(self) -> None:
-        """Watch pods and claims until cancelled."""
+        """Watch pods, claims and slices until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._pods.run(), name="watch all pods")
             group.create_task(self._claims.run(), name="watch resourceclaims")
+            group.create_task(self._slices.run(), name="watch resourceslices")

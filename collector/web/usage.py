@@ -32,12 +32,15 @@ from collector.store import NodeView
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
     family.encode(): slot for slot, family in enumerate(schema.CARD_FAMILIES)
 }
+_CONTAINER_FAMILIES: Final = (*schema.VGPU_FAMILIES, *(f for _, f in schema.ALLOCATION_READINGS))
 _CONTAINER_SLOTS: Final[Mapping[bytes, int]] = {
-    family.encode(): slot for slot, family in enumerate(schema.VGPU_FAMILIES)
+    family.encode(): slot for slot, family in enumerate(_CONTAINER_FAMILIES)
 }
 
 _CARD_READINGS: Final = tuple(reading for reading, _ in schema.CARD_READINGS)
-_VGPU_READINGS: Final = tuple(reading for reading, _ in schema.VGPU_READINGS)
+_VGPU_READINGS: Final = tuple(
+    reading for reading, _ in (*schema.VGPU_READINGS, *schema.ALLOCATION_READINGS)
+)
 
 CardLabels = tuple[int | None, str, str | None]
 """device_index (None if absent or not a number), device_uuid ("" if absent), device_type."""
@@ -97,6 +100,10 @@ class ContainerReading(NamedTuple):
     memory_context: int | None
     memory_module: int | None
     memory_buffer: int | None
+    memory_allocated: int | None = None
+    cores_allocated: float | None = None
+    """Share of the card's cores, 0-1."""
+    idle_seconds: float | None = None
 
 
 class Shape:
@@ -155,7 +162,8 @@ class Shape:
 class NodeUsage:
     """What one store view says about its node.
 
-    ``newest`` is the monotonic time of the newest batch that fed the view.
+    ``newest`` is the monotonic time of the newest batch that fed the view (:func:`_newest`);
+    ``reported`` whether a monitor or agent feeds it (not the pod watch alone).
     ``containers`` is read from the view on first use.
     """
 
@@ -166,6 +174,7 @@ class NodeUsage:
         "memory_total",
         "memory_used",
         "newest",
+        "reported",
         "shape",
         "utilization_average",
         "view",
@@ -183,7 +192,8 @@ class NodeUsage:
         self.memory_used = sum(used) if used else None
         self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
         self.utilization_average = sum(utils) / len(utils) if utils else None
-        self.newest = max((held.received for held in view.sources), default=-math.inf)
+        self.newest = _newest(view)
+        self.reported = any(h.source.kind is not schema.SourceKind.ALLOCATION for h in view.sources)
         self._containers: tuple[ContainerReading, ...] | None = None
 
     @property
@@ -210,6 +220,16 @@ class NodeUsage:
                 _container(labels, keys, series) for labels, keys in self.shape.containers
             )
         return self._containers
+
+
+def _newest(view: NodeView) -> float:
+    """When the newest monitor or agent batch came; the pod watch's only for a node without one.
+
+    The pod watch remakes its allocation batches every interval whatever the
+    monitors do, so it would hide a silent monitor.
+    """
+    real = [h.received for h in view.sources if h.source.kind is not schema.SourceKind.ALLOCATION]
+    return max(real or [h.received for h in view.sources], default=-math.inf)
 
 
 class UsageIndex:
@@ -347,4 +367,7 @@ def _container(
         memory_context=_bytes(read["memory_context"]),
         memory_module=_bytes(read["memory_module"]),
         memory_buffer=_bytes(read["memory_buffer"]),
+        memory_allocated=_bytes(read["memory_allocated"]),
+        cores_allocated=read["cores_allocated"],
+        idle_seconds=read["idle_seconds"],
     )

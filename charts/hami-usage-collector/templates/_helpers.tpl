@@ -130,6 +130,11 @@ app.kubernetes.io/component: agent
 {{- if include "huc.pushServiceAccounts" . -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether the collector reads allocations from a cluster-wide pod watch (its default). */}}
+{{- define "huc.allocationsEnabled" -}}
+{{- if ne (toString (dig "allocations" true .Values.collector.settings)) "false" -}}true{{- end -}}
+{{- end -}}
+
 {{/* A settings value as an env var string: lists comma-joined, whole floats without an exponent. */}}
 {{- define "huc.envValue" -}}
 {{- $v := . -}}

@@ -1,5 +1,9 @@
 """``/api/v1/…``: what each node, card and vGPU container is using right now, as JSON.
 
+Each vGPU row carries its allocation (from the pod watch) next to its usage.
+``GET /api/v1/usage`` is the exception to "right now": it sums allocation and
+usage per namespace, pod or node over a window of the history (chargeback).
+
 Every response is built synchronously from the store, with no ``await`` between
 reading two node views, so it never mixes two store generations; it names the
 generation it was built from. What a node's view says is parsed once per view

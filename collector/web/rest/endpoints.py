@@ -20,6 +20,7 @@ from collector.web.rest.models import (
     NodeList,
     PodDetail,
     ShardInfo,
+    UsageReport,
 )
 
 PREFIX = "/api/v1"
@@ -45,6 +46,9 @@ READING_OF = {
     "memory_limit_bytes": "memory_limit",
     "sm_utilization_percent": "sm_utilization",
     "last_kernel_seconds": "last_kernel_seconds",
+    "memory_allocated_bytes": "memory_allocated",
+    "cores_allocated": "cores_allocated",
+    "idle_seconds": "idle_seconds",
 }
 """API field of a container row -> attribute of its :class:`~collector.web.usage.ContainerReading`."""
 CONTAINER_SORT_FIELDS = ("node", *READING_OF)
@@ -71,6 +75,8 @@ class Endpoint:
     response: type[BaseModel] | None
     params: tuple[Param, ...] = ()
     errors: tuple[int, ...] = ()
+    csv: bool = False
+    """Whether ``format=csv`` answers ``text/csv`` too."""
 
 
 def _sort_param(fields: Sequence[str]) -> Param:
@@ -156,6 +162,40 @@ SHARDS = Endpoint(
     ),
     (400,),
 )
+USAGE = Endpoint(
+    f"{PREFIX}/usage",
+    "usageReport",
+    "Chargeback: GPU memory and cores allocated and used per group over a window, idle share",
+    UsageReport,
+    (
+        Param(
+            "by",
+            "query",
+            "Group by namespace, pod (namespace and pod) or node (default namespace).",
+            {"type": "string", "enum": ["namespace", "pod", "node"]},
+        ),
+        Param(
+            "start",
+            "query",
+            "Window start, Unix seconds or RFC 3339 (default: as far back as the history holds).",
+            {"type": "string"},
+        ),
+        Param(
+            "end",
+            "query",
+            "Window end, Unix seconds or RFC 3339 (default: now).",
+            {"type": "string"},
+        ),
+        Param(
+            "format",
+            "query",
+            "json (default) or csv (one row per group, a header first).",
+            {"type": "string", "enum": ["json", "csv"]},
+        ),
+    ),
+    (400,),
+    csv=True,
+)
 OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)
 ENDPOINTS: tuple[Endpoint, ...] = (
     LIST_NODES,
@@ -163,6 +203,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     LIST_CONTAINERS,
     GET_POD,
     SHARDS,
+    USAGE,
     OPENAPI,
 )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from collector.store import Store
 from collector.web.rest.cache import NodeCache
+from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (
     ENDPOINTS,
     GET_NODE,
@@ -28,13 +29,14 @@ from collector.web.rest.endpoints import (
     OPENAPI,
     READING_OF,
     SHARDS,
+    USAGE,
     Endpoint,
     list_query,
     sort_and_limit,
 )
 from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail, ShardInfo
 from collector.web.rest.openapi import openapi_document
-from collector.web.rest.presented import Presented, container_row, health
+from collector.web.rest.presented import Presented, container_row
 from collector.web.usage import ContainerReading
 from core.shards import HASH_RULE, WHOLE, Shard, shard_of
 
@@ -48,9 +50,16 @@ class RestApi:
     is stale once its data is older than twice that.
     """
 
-    def __init__(self, store_key: web.AppKey[Store], interval: float, shard: Shard = WHOLE) -> None:
+    def __init__(
+        self,
+        store_key: web.AppKey[Store],
+        interval: float,
+        chargeback: Chargeback | None = None,
+        shard: Shard = WHOLE,
+    ) -> None:
         self._store_key = store_key
         self._interval = interval
+        self._chargeback = chargeback
         self._shard = shard
         self._nodes = NodeCache()
         self._openapi: bytes | None = None
@@ -63,6 +72,7 @@ class RestApi:
             LIST_CONTAINERS: self.list_containers,
             GET_POD: self.get_pod,
             SHARDS: self.shards,
+            USAGE: self.usage,
             OPENAPI: self.openapi,
         }
         # A path parameter may hold braces (label values are not Kubernetes names).
@@ -88,14 +98,14 @@ class RestApi:
             if field == "data_age_seconds":
                 return item[1]
             if field == "health":
-                return health(item[1], interval)
+                return item[0].health(item[1], interval)
             return getattr(item[0].summary, field)
 
         chosen = sort_and_limit(nodes, query, value)
         body = b'{"status":"success","generation":%d,"total":%d,"nodes":[%s]}' % (
             store.generation,
             len(nodes),
-            b",".join(p.json_at(age, health(age, interval)) for p, age in chosen),
+            b",".join(p.json_at(age, p.health(age, interval)) for p, age in chosen),
         )
         return web.Response(body=body, content_type=JSON)
 
@@ -178,6 +188,12 @@ class RestApi:
             node_shard=None if node is None else shard_of(node, shard.count),
         )
         return _json(body)
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/usage`` (:mod:`collector.web.rest.chargeback`)."""
+        if self._chargeback is None:
+            raise ApiError(404, "not_found", "usage reports need the history, which this API lacks")
+        return await self._chargeback.handle(request)
 
     async def openapi(self, request: web.Request) -> web.Response:
         """``GET /api/v1/openapi.json``."""

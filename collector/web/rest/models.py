@@ -32,7 +32,7 @@ class Error(_Model):
 class SourceRef(_Model):
     """A source feeding a node: a scrape target or a node agent."""
 
-    kind: str = Field(description="hami, volcano, kai or agent")
+    kind: str = Field(description="hami, volcano, kai, agent, or allocation (the pod watch)")
     name: str = Field(description="namespace/pod of a monitor, host:port of a file target, …")
 
 
@@ -60,9 +60,13 @@ class NodeSummary(_Model):
     )
     container_count: int = Field(description="distinct vGPU containers (namespace/pod/container)")
     sources: list[SourceRef] = Field(description="what feeds the node, the preferred source first")
-    data_age_seconds: float = Field(description="seconds since the newest batch of any source")
-    health: Literal["ok", "stale"] = Field(
-        description="ok while the data age is at most twice the scrape interval"
+    data_age_seconds: float = Field(
+        description="seconds since the newest batch of a monitor or agent (of the pod watch"
+        " for an unreported node)"
+    )
+    health: Literal["ok", "stale", "unreported"] = Field(
+        description="ok while the data age is at most twice the scrape interval; unreported"
+        " when only the pod watch's allocations feed the node (no monitor or agent)"
     )
 
 
@@ -75,8 +79,21 @@ class NodeList(_Model):
     nodes: list[NodeSummary]
 
 
+class AllocationUse(_Model):
+    """How much of its allocation a vGPU uses."""
+
+    memory: float | None = Field(description="memory used / memory allocated")
+    cores: float | None = Field(
+        description="SM utilisation / cores allocated (both as shares of the card)"
+    )
+
+
 class ContainerUsage(_Model):
-    """One vGPU of one container; readings its monitor does not send are null."""
+    """One vGPU of one container: usage, and the allocation the pod watch read for it.
+
+    Readings its monitor does not send are null; so is the allocation of a
+    container the pod watch does not know (or with ``--no-allocations``).
+    """
 
     namespace: str
     pod: str
@@ -90,6 +107,16 @@ class ContainerUsage(_Model):
     memory_context_bytes: int | None
     memory_module_bytes: int | None
     memory_buffer_bytes: int | None
+    memory_allocated_bytes: int | None = Field(description="from the pod's allocation")
+    cores_allocated: float | None = Field(
+        description="share of the card's cores allocated, 0-1 (a 25% vGPU: 0.25)"
+    )
+    idle_seconds: float | None = Field(
+        description="seconds since the last kernel, or since the pod started if none ran"
+    )
+    utilisation_of_allocation: AllocationUse | None = Field(
+        description="null without an allocation"
+    )
 
 
 class _OnNode(_Model):
@@ -162,6 +189,35 @@ class ShardInfo(_Model):
     node_shard: int | None = Field(
         description="the shard that holds ?node= (whether or not it has data yet)"
     )
+
+
+class UsageGroup(_Model):
+    """What one namespace, pod or node was allocated and used over the window."""
+
+    labels: dict[str, str] = Field(description="the group: {namespace}, {namespace, pod} or {node}")
+    memory_allocated_byte_hours: float = Field(description="vGPU memory allocated x hours held")
+    memory_used_byte_hours: float = Field(description="vGPU memory used x hours")
+    cores_allocated_core_hours: float = Field(
+        description="card shares allocated x hours (a 25% vGPU for an hour: 0.25)"
+    )
+    cores_used_core_hours: float = Field(description="SM utilisation (share of a card) x hours")
+    idle_share: float | None = Field(
+        description="share of the allocated core-hours held by vGPUs without a kernel for"
+        " over 5 minutes; null without allocated cores"
+    )
+
+
+class UsageReport(_Model):
+    """``GET /api/v1/usage``: chargeback / showback per group over a window of the history."""
+
+    status: Literal["success"] = "success"
+    by: Literal["namespace", "pod", "node"]
+    start: float = Field(description="start of the window actually covered (Unix seconds)")
+    end: float = Field(description="end of the window actually covered (Unix seconds)")
+    requested_start: float
+    requested_end: float
+    step_seconds: float = Field(description="each point of the history counts for this long")
+    groups: list[UsageGroup] = Field(description="by allocated memory, largest first")
 
 
 class ApiError(Exception):

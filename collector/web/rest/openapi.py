@@ -64,6 +64,10 @@ def _operation(endpoint: Endpoint, ref: Mapping[type[BaseModel], Any]) -> dict[s
             },
         }
     }
+    if endpoint.csv:
+        responses["200"]["content"]["text/csv"] = {
+            "schema": {"type": "string", "description": "a header row, then one row per item"}
+        }
     for status in endpoint.errors:
         responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
     operation: dict[str, Any] = {

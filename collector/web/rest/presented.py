@@ -21,8 +21,15 @@ from collector.web.usage import ContainerReading, NodeUsage
 _TIMELY = {"data_age_seconds", "health"}
 
 
-def health(age: float, interval: float) -> Literal["ok", "stale"]:
-    """A node's health: ok while its data age is at most twice the scrape interval."""
+def health(
+    age: float, interval: float, reported: bool = True
+) -> Literal["ok", "stale", "unreported"]:
+    """A node's health: ok while its data age is at most twice the scrape interval.
+
+    ``unreported``: only the pod watch's allocations feed the node, no monitor or agent.
+    """
+    if not reported:
+        return "unreported"
     return "ok" if age <= 2 * interval else "stale"
 
 
@@ -50,7 +57,22 @@ def _container_fields(c: ContainerReading) -> dict[str, Any]:
         "memory_context_bytes": c.memory_context,
         "memory_module_bytes": c.memory_module,
         "memory_buffer_bytes": c.memory_buffer,
+        "memory_allocated_bytes": c.memory_allocated,
+        "cores_allocated": c.cores_allocated,
+        "idle_seconds": c.idle_seconds,
+        "utilisation_of_allocation": _use(c),
     }
+
+
+def _use(c: ContainerReading) -> dict[str, float | None] | None:
+    if c.memory_allocated is None and c.cores_allocated is None:
+        return None
+    memory = cores = None
+    if c.memory_allocated and c.memory_used is not None:
+        memory = c.memory_used / c.memory_allocated
+    if c.cores_allocated and c.sm_utilization is not None:
+        cores = c.sm_utilization / 100 / c.cores_allocated
+    return {"memory": memory, "cores": cores}
 
 
 class Presented:
@@ -97,8 +119,12 @@ class Presented:
         """The summary with its data age and health as of ``now``."""
         age = self.age(now)
         return self.summary.model_copy(
-            update={"data_age_seconds": age, "health": health(age, interval)}
+            update={"data_age_seconds": age, "health": self.health(age, interval)}
         )
+
+    def health(self, age: float, interval: float) -> Literal["ok", "stale", "unreported"]:
+        """The node's health at data age ``age``."""
+        return health(age, interval, self.usage.reported)
 
     def json_at(self, age: float, health: str) -> bytes:
         """The summary's JSON, given its data age and health."""

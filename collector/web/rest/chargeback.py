@@ -1,0 +1,216 @@
+"""``GET /api/v1/usage``: GPU memory and cores allocated and used per group, over a window.
+
+Each measure is the sum, per group, of one family at every step of the window
+(PromQL range queries over the history, the engine's lookback and staleness
+included), times the step, in hours: a vGPU holding 2 GiB for 30 minutes is 1
+GiB-hour, a 25 % vGPU for an hour 0.25 core-hours. The step is the scrape
+interval (coarser where the window would need more than 11,000 steps), and
+steps are aligned to multiples of it, so two requests over one window agree.
+Each step stands for the step before it: the window covered is
+``(first step - step, last step]``.
+
+``rules/hami-usage.rules.yaml`` records the same per-step sums for
+Prometheus; summed over a window and multiplied by the evaluation interval,
+they give the same numbers (tests/test_chargeback.py checks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import cast
+
+from aiohttp import web
+from multidict import MultiMapping
+
+from collector.promql.query import MAX_POINTS_PER_SERIES, prepare_range
+from collector.promql.values import QueryError, RangeSeries
+from collector.tsdb.history import History
+from collector.web.promapi import parse_time
+from collector.web.rest.endpoints import USAGE
+from collector.web.rest.models import ApiError, UsageGroup, UsageReport
+
+IDLE_AFTER = 300
+"""Seconds without a kernel after which an allocated vGPU counts as idle."""
+GROUPS: Mapping[str, tuple[str, ...]] = {
+    "namespace": ("namespace",),
+    "pod": ("namespace", "pod"),
+    "node": ("node",),
+}
+MEASURES: Mapping[str, str] = {
+    "memory_allocated": "sum by ({by}) (hami_vgpu_memory_allocated_bytes)",
+    "memory_used": "sum by ({by}) (hami_vgpu_memory_used_bytes)",
+    "cores_allocated": "sum by ({by}) (hami_vgpu_core_allocated_ratio)",
+    "cores_used": "sum by ({by}) (hami_container_device_utilization_ratio) / 100",
+    "cores_idle": (
+        "sum by ({by}) (hami_vgpu_core_allocated_ratio"
+        f" and hami_container_idle_seconds > {IDLE_AFTER})"
+    ),
+}
+"""The per-step sum behind each measure; ``{by}`` is the group's labels, comma-joined."""
+_HOURS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The steps a report sums: from ``first`` to ``last`` (Unix seconds), ``step`` apart."""
+
+    first: float
+    last: float
+    step: float
+    requested: tuple[float, float]
+
+
+class Chargeback:
+    """Answers usage reports from the history, each query within the engine's limits."""
+
+    def __init__(
+        self,
+        history: History,
+        interval: float,
+        lookback: float = 300.0,
+        timeout: float = 120.0,
+        max_samples: int = 50_000_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._history = history
+        self._interval = interval
+        self._lookback = lookback
+        self._timeout = timeout
+        self._max_samples = max_samples
+        self._clock = clock
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/usage``."""
+        query = request.query
+        _check_names(query)
+        by = query.get("by", "namespace")
+        if by not in GROUPS:
+            raise _bad(f"query parameter 'by' must be namespace, pod or node, not {by[:40]!r}")
+        fmt = query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            raise _bad(f"query parameter 'format' must be json or csv, not {fmt[:40]!r}")
+        window = self.window(query.get("start"), query.get("end"))
+        report = await self.report(by, window)
+        if fmt == "csv":
+            return web.Response(text=to_csv(report), content_type="text/csv")
+        return web.Response(text=report.model_dump_json(), content_type="application/json")
+
+    def window(self, start_text: str | None, end_text: str | None) -> Window:
+        """The aligned steps of a requested window, cut to what the history may hold."""
+        now = self._clock()
+        end = _time(end_text, "end") if end_text else now
+        start = _time(start_text, "start") if start_text else end - self._history.retention
+        if not start < end:
+            raise _bad("query parameter 'start' must be before 'end'")
+        held_from = max(start, now - self._history.retention)
+        step = max(self._interval, (end - held_from) / MAX_POINTS_PER_SERIES)
+        last = math.floor(min(end, now) / step) * step
+        first = (math.floor(held_from / step) + 1) * step
+        return Window(first, max(first, last), step, (start, end))
+
+    async def report(self, by: str, window: Window) -> UsageReport:
+        """Every measure per group over ``window``, evaluated off the event loop."""
+        labels = GROUPS[by]
+        prepared = []
+        try:
+            for expr in MEASURES.values():
+                prepared.append(
+                    prepare_range(
+                        expr.format(by=", ".join(labels)),
+                        window.first,
+                        window.last,
+                        window.step,
+                        self._history,
+                        self._lookback,
+                        self._timeout,
+                        self._max_samples,
+                    )
+                )
+            results = await asyncio.to_thread(
+                lambda: [cast(list[RangeSeries], p.run()) for p in prepared]  # range: a Matrix
+            )
+        except QueryError as exc:
+            raise ApiError(400, "bad_request", f"the report cannot be computed: {exc}") from None
+        return _report(by, labels, window, results)
+
+
+def _report(
+    by: str, labels: tuple[str, ...], window: Window, results: list[list[RangeSeries]]
+) -> UsageReport:
+    totals: dict[tuple[str, ...], list[float]] = {}
+    seen: list[float] = []
+    for slot, series_list in enumerate(results):
+        for series in series_list:
+            group = tuple(series.labels.get(name, "") for name in labels)
+            row = totals.setdefault(group, [0.0] * len(MEASURES))
+            row[slot] += sum(v for _, v in series.points if math.isfinite(v))
+            if series.points:
+                seen += (series.points[0][0], series.points[-1][0])
+    hours = window.step / _HOURS
+    groups = [
+        UsageGroup(
+            labels=dict(zip(labels, group, strict=True)),
+            memory_allocated_byte_hours=row[0] * hours,
+            memory_used_byte_hours=row[1] * hours,
+            cores_allocated_core_hours=row[2] * hours,
+            cores_used_core_hours=row[3] * hours,
+            idle_share=row[4] / row[2] if row[2] > 0 else None,
+        )
+        for group, row in totals.items()
+    ]
+    groups.sort(key=lambda g: (-g.memory_allocated_byte_hours, sorted(g.labels.items())))
+    start = min(seen) - window.step if seen else window.first - window.step
+    return UsageReport(
+        by=by,
+        start=start,
+        end=max(seen) if seen else start,
+        requested_start=window.requested[0],
+        requested_end=window.requested[1],
+        step_seconds=window.step,
+        groups=groups,
+    )
+
+
+def to_csv(report: UsageReport) -> str:
+    """One row per group: its labels, the measures, the idle share, the window."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    names = list(GROUPS[report.by])
+    measures = [f for f in UsageGroup.model_fields if f != "labels"]
+    writer.writerow([*names, *measures, "start", "end"])
+    for group in report.groups:
+        values = [getattr(group, f) for f in measures]
+        cells = ["" if v is None else repr(v) for v in values]
+        writer.writerow([*(group.labels[n] for n in names), *cells, report.start, report.end])
+    return out.getvalue()
+
+
+def _check_names(query: MultiMapping[str]) -> None:
+    allowed = [p.name for p in USAGE.params]
+    for name in query:
+        if name not in allowed:
+            raise _bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(allowed)}")
+        if len(query.getall(name)) > 1:
+            raise _bad(f"query parameter {name!r} is given more than once")
+
+
+def _time(text: str, name: str) -> float:
+    try:
+        value = parse_time(text, name)
+    except QueryError:
+        raise _bad(
+            f"query parameter {name!r} must be Unix seconds or RFC 3339, not {text[:40]!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise _bad(f"query parameter {name!r} must be a finite time")
+    return value
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
