@@ -36,6 +36,7 @@ from collector.sources.targets import Target
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.web import health
+from collector.web.errors import HANDLER_ARGS, envelope_errors
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest.handlers import RestApi
@@ -67,7 +68,11 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     )
     metrics = SelfMetrics(store)
     page = MetricsPage(store, metrics)
-    app = web.Application(client_max_size=settings.push_body_limit + 1)
+    app = web.Application(
+        client_max_size=settings.push_body_limit + 1,
+        middlewares=[envelope_errors],
+        handler_args=HANDLER_ARGS,
+    )
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics
