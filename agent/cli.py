@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import __version__
-from agent.app import Sampler, run, start_nvml
+from agent.app import Sampler, StartupError, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
 from core.settings import add_model_flags, load_settings
@@ -44,5 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "invalid setting --node / HAMI_AGENT_NODE: required (or set NODE_NAME)", file=sys.stderr
         )
         return 2
-    asyncio.run(run(settings))
+    try:
+        asyncio.run(run(settings))
+    except StartupError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -27,7 +28,7 @@ from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
-from collector.sources.files import FileDiscovery
+from collector.sources.files import FileDiscovery, load_targets
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
 from collector.sources.push import PushConfig, PushReceiver
@@ -51,6 +52,7 @@ SCRAPER = web.AppKey("scraper", ScrapeManager)
 
 PUSH = web.AppKey("push", PushReceiver)
 TASKS = web.AppKey("tasks", Supervisor)
+DISCOVERY = web.AppKey("discovery", KubernetesDiscovery)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
@@ -112,7 +114,9 @@ def _ready(app: web.Application) -> str | None:
     """What the app still waits for before it is ready, or None."""
     for what, done in app[SYNCED]:
         if not done():
-            return f"{what} has not synced"
+            discovery = app.get(DISCOVERY)
+            why = f": {discovery.waiting()}" if what == "discovery" and discovery else ""
+            return f"{what} has not synced{why}"
     scraper = app.get(SCRAPER)
     if scraper is not None and not scraper.tried_all():
         return "some targets were never scraped"
@@ -160,6 +164,7 @@ def _sources(
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
+                _check_targets_file(settings.targets_file)
                 files = FileDiscovery(settings.targets_file, _sink(manager, "file"))
                 synced.append(("the targets file", lambda: files.synced))
                 await stack.enter_async_context(tasks.running("targets file", files.run))
@@ -176,6 +181,7 @@ def _sources(
                     timeouts,
                 )
                 synced.append(("discovery", lambda: kube.synced))
+                app[DISCOVERY] = kube
                 await stack.enter_async_context(tasks.running("kubernetes discovery", kube.run))
                 directory = KubernetesDirectory(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
@@ -229,6 +235,22 @@ def _sink(manager: ScrapeManager, provider: str) -> Callable[[list[Target]], Awa
 
 class StartupError(Exception):
     """The collector cannot start as configured; the message says what to change."""
+
+
+def _check_targets_file(path: Path) -> None:
+    """A targets file must load at start: a typo in its path must not look like an empty cluster.
+
+    Later a file that goes missing or turns bad keeps the last good targets.
+    """
+    try:
+        load_targets(path)
+    except OSError as exc:
+        raise StartupError(
+            f"--targets-file / HAMI_COLLECTOR_TARGETS_FILE: cannot read {path}: {exc.strerror}"
+        ) from None
+    except ValueError as exc:
+        said = " ".join(str(exc).split())  # one line: YAML and pydantic errors span several
+        raise StartupError(f"--targets-file / HAMI_COLLECTOR_TARGETS_FILE: {said}") from None
 
 
 async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:

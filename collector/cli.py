@@ -57,7 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    sockets = _bind(*parse_listen(settings.listen))
+    try:
+        sockets = _bind(*parse_listen(settings.listen))
+    except OSError as exc:
+        print(
+            f"cannot start: cannot listen on {settings.listen} "
+            f"(--listen / {ENV_PREFIX}LISTEN): {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         web.run_app(build_app(settings), sock=sockets, print=_announce(sockets))
     except StartupError as exc:

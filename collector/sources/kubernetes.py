@@ -116,7 +116,7 @@ class Watcher(Generic[T]):
         self._timeouts = timeouts
         self._backoff = backoff
         self.where = f"{what} {selector!r} in {namespace or 'all namespaces'}"
-        self._last_error = ""
+        self.last_error = ""
 
     async def run(self) -> None:
         """List and watch forever; every error is logged and retried, none ends the loop."""
@@ -141,13 +141,13 @@ class Watcher(Generic[T]):
                 self._failed(f"{type(exc).__name__}: {exc}")
                 await self._backoff.wait()
             else:
-                self._last_error = ""
+                self.last_error = ""
 
     def _failed(self, message: str) -> None:
         """Log a failure once while it repeats (a cluster without an API fails every retry)."""
-        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        level = logging.DEBUG if message == self.last_error else logging.WARNING
         log.log(level, "%s: %s; retrying", self.where, message)
-        self._last_error = message
+        self.last_error = message
 
     async def _list(self) -> str:
         resp = await self._call(
@@ -240,6 +240,14 @@ class KubernetesDiscovery:
     def synced(self) -> bool:
         """Whether every watcher has listed once."""
         return all(w.synced.is_set() for w in self._watchers)
+
+    def waiting(self) -> str:
+        """What has not listed yet and the last error it met, for ``/readyz``."""
+        for watcher in self._watchers:
+            if not watcher.synced.is_set():
+                error = watcher.last_error or "no answer yet"
+                return f"{watcher.where} not listed ({error})"
+        return ""
 
     def targets(self) -> list[Target]:
         """The targets of every watched pod that is ready to be scraped, once per pod."""
