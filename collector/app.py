@@ -25,7 +25,7 @@ from kubernetes_asyncio import client, config
 
 from collector.normalise import PassThrough
 from collector.schema import SourceKind
-from collector.selfmetrics import SelfMetrics
+from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery, load_targets
@@ -150,7 +150,18 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
                     metrics.forget(source)
                     push.forget(source.node)
 
-    async with app[TASKS].running("store expiry", expire):
+    own = SelfHistory(metrics, store.history)
+    interval = app[SETTINGS].interval
+
+    async def record_own() -> None:
+        while True:
+            own.record(time.time())
+            await asyncio.sleep(interval)
+
+    async with (
+        app[TASKS].running("store expiry", expire),
+        app[TASKS].running("own series", record_own),
+    ):
         yield
 
 
