@@ -11,12 +11,12 @@ from agent import __version__
 from agent.app import Sampler, StartupError, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
-from core.settings import add_model_flags, load_settings
+from core.settings import add_model_flags, load_settings, plain
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-agent``."""
-    top = argparse.ArgumentParser(prog="hami-agent", description=__doc__)
+    top = argparse.ArgumentParser(prog="hami-agent", description=plain((__doc__ or "").split("\n\n")[0]))
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="Sample every interval and push to the collector.")

@@ -18,7 +18,7 @@ from collector import __version__
 from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
 from core import logs
-from core.settings import add_model_flags, load_settings, parse_listen
+from core.settings import add_model_flags, load_settings, parse_listen, plain
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
@@ -27,12 +27,16 @@ log = logging.getLogger(__name__)
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
-    top = argparse.ArgumentParser(prog="hami-collector", description=__doc__)
+    top = argparse.ArgumentParser(prog="hami-collector", description=plain((__doc__ or "").split("\n\n")[0]))
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Collect from a cluster and serve the results.")
     add_model_flags(serve, CollectorSettings, ENV_PREFIX)
-    demo = commands.add_parser("demo", help="Run the collector on an embedded simulated cluster.")
+    demo = commands.add_parser(
+        "demo",
+        help="Run the collector on an embedded simulated cluster.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     demo.add_argument("--listen", default="127.0.0.1:9396", help="Address to serve on, HOST:PORT.")
     demo.add_argument("--nodes", type=int, default=6, help="Simulated GPU nodes (at least 1).")
     demo.add_argument("--interval", type=float, default=5.0, help="Seconds between scrapes.")
