@@ -6,9 +6,11 @@ request, and nothing at warning level or above for requests anyone can send.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -211,3 +213,30 @@ async def test_a_query_that_crashed_the_parser_is_refused(collector: str, query:
             assert (status, json.loads(body)["errorType"]) == (400, "bad_data"), body[:200]
         status, _, _ = await answer(session, "GET", collector + "/prometheus/api/v1/query?query=1")
         assert status == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"FOO /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-H: v\r\n" * 300 + b"\r\n",
+        b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,
+    ],
+    ids=["unknown method", "huge header", "too many headers", "broken chunk", "TLS hello"],
+)
+async def test_framing_errors_are_4xx_and_quiet(
+    collector: str, request_bytes: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the HTTP parser refuses before any route: a 4xx, one debug line, no traceback."""
+    caplog.set_level(logging.DEBUG)
+    host, port = collector.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request_bytes)
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    assert re.match(rb"HTTP/1\.[01] 4\d\d ", status_line), status_line
+    assert not [r for r in caplog.records if r.levelno > logging.DEBUG or r.exc_info]

@@ -102,13 +102,14 @@ class _ParserLog(logging.LoggerAdapter[logging.Logger]):
     that is the client's mistake, and anyone can make it.
     """
 
-    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
-        exc = kwargs.pop("exc_info", None)
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
         if isinstance(exc, BaseException) and _is_client_error(exc):
             said = " ".join(str(exc).split())  # one line: the parser's message spans several
-            self.debug("%s: %s", msg % args if args else msg, said)
+            text = msg % args if isinstance(msg, str) and args else msg
+            super().log(logging.DEBUG, "%s: %s", text, said)
             return
-        super().exception(msg, *args, exc_info=exc or True, **kwargs)
+        super().log(level, msg, *args, **kwargs)
 
 
 def _is_client_error(exc: BaseException) -> bool:
