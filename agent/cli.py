@@ -16,7 +16,9 @@ from core.settings import add_model_flags, load_settings, plain
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-agent``."""
-    top = argparse.ArgumentParser(prog="hami-agent", description=plain((__doc__ or "").split("\n\n")[0]))
+    top = argparse.ArgumentParser(
+        prog="hami-agent", description=plain((__doc__ or "").split("\n\n")[0])
+    )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="Sample every interval and push to the collector.")

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
-    top = argparse.ArgumentParser(prog="hami-collector", description=plain((__doc__ or "").split("\n\n")[0]))
+    top = argparse.ArgumentParser(
+        prog="hami-collector", description=plain((__doc__ or "").split("\n\n")[0])
+    )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Collect from a cluster and serve the results.")

@@ -104,7 +104,9 @@ def add_model_flags(
     )
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{plain(field.description or '')} ({_default(field)}env {env_prefix}{name.upper()})"
+        help_text = (
+            f"{plain(field.description or '')} ({_default(field)}env {env_prefix}{name.upper()})"
+        )
         if field.annotation is bool:
             parser.add_argument(
                 flag,

@@ -42,7 +42,9 @@ def main() -> int:
     except ImportError:
         print("atheris is not installed: running the targets under hypothesis", file=sys.stderr)
         env = {**os.environ, "FUZZ_EXAMPLES": str(opts.runs)}
-        return subprocess.call([sys.executable, "-m", "pytest", "-q", "tests/test_fuzz.py"], env=env)
+        return subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "tests/test_fuzz.py"], env=env
+        )
     failed = False
     print("| target | inputs | seconds | inputs/s | result |\n|---|---:|---:|---:|---|")
     for name in opts.targets or list(SEEDS):
@@ -72,7 +74,9 @@ def _parent(name: str, runs: int) -> bool:
     found = _DONE.findall(done.stderr)
     inputs = int(found[-1][0]) if found else 0
     result = "ok" if done.returncode == 0 else f"CRASH (exit {done.returncode})"
-    print(f"| {name} | {inputs:,} | {seconds:.0f} | {inputs / seconds:,.0f} | {result} |", flush=True)
+    print(
+        f"| {name} | {inputs:,} | {seconds:.0f} | {inputs / seconds:,.0f} | {result} |", flush=True
+    )
     if done.returncode != 0:
         print(done.stderr[-4000:], file=sys.stderr)
     return done.returncode == 0

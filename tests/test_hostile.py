@@ -77,9 +77,10 @@ METHODS = ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 async def collector(tmp_path: Path) -> AsyncIterator[str]:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
-    async with running_collector(
-        kubernetes=False, push_auth="token", push_token_file=token
-    ) as (url, _):
+    async with running_collector(kubernetes=False, push_auth="token", push_token_file=token) as (
+        url,
+        _,
+    ):
         yield url
 
 
@@ -131,9 +132,9 @@ async def test_malformed_bodies_get_a_4xx_envelope_on_every_path(
 
 async def test_unknown_paths_and_methods_answer_json(collector: str) -> None:
     async with aiohttp.ClientSession() as session:
-        status, kind, body = await answer(session, "GET", collector + "/nope")
+        status, _, body = await answer(session, "GET", collector + "/nope")
         assert (status, json.loads(body)["error"]) == (404, "not_found")
-        status, kind, body = await answer(session, "DELETE", collector + "/metrics")
+        status, _, body = await answer(session, "DELETE", collector + "/metrics")
         assert status == 405
         assert "GET" in json.loads(body)["message"]
         status, _, body = await answer(session, "GET", collector + "/prometheus/api/v1/nope")
@@ -149,7 +150,9 @@ async def test_odd_headers_are_never_a_server_error(
     async with aiohttp.ClientSession() as session:
         for path in PATHS:
             for method in ("GET", "POST"):
-                status, kind, body = await answer(session, method, collector + path, headers=headers)
+                status, kind, body = await answer(
+                    session, method, collector + path, headers=headers
+                )
                 assert status < 500, (method, path, status)
                 if status >= 400:
                     assert check_envelope(path, status, kind, body) is None, (path, body[:100])

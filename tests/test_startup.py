@@ -81,7 +81,13 @@ def test_collector_targets_file_must_load_at_start(
     if content is not None:
         path.write_text(content)
     done = run(
-        "collector", "serve", "--no-kubernetes", "--listen", "127.0.0.1:0", "--targets-file", str(path)
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--listen",
+        "127.0.0.1:0",
+        "--targets-file",
+        str(path),
     )
     assert done.returncode == 2
     line = one_line(done.stderr)

@@ -21,8 +21,6 @@ from typing import Any
 
 from aiohttp import web
 
-from core.content import JSON_CONTENT_TYPE
-
 PROMETHEUS_PREFIX = "/prometheus/"
 ENCODED_PATHS = frozenset({"/api/v1/push"})
 """Paths whose handlers read a gzip or deflate body themselves; elsewhere a body is plain."""

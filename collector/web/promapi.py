@@ -24,8 +24,7 @@ from typing import Any
 
 import promql_parser
 from aiohttp import web
-from aiohttp.web_request import FileField
-from multidict import MultiDict, MultiDictProxy
+from multidict import MultiDict, MultiMapping
 
 from collector import __version__, schema
 from collector.promql.floats import format_float
@@ -322,7 +321,7 @@ def _error(error_type: str, message: str, status: int | None = None) -> web.Resp
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-async def _form(request: web.Request) -> MultiDictProxy[str | bytes | FileField] | MultiDict[str]:
+async def _form(request: web.Request) -> MultiMapping[Any]:
     """A POST's form parameters; a body that is not a UTF-8 form is refused, not ignored."""
     if request.method != "POST" or not request.body_exists:
         return MultiDict()
