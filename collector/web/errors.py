@@ -1,7 +1,7 @@
 """One answer for every request the handlers do not answer themselves: a JSON envelope.
 
-Unknown paths, wrong methods, bodies over the limit, content encodings the
-collector does not read, and any error that escapes a handler are answered here
+Unknown paths, wrong methods, bodies over the limit, and any error that
+escapes a handler are answered here
 in the envelope of the API the path belongs to: Prometheus' (``errorType``,
 ``error``) under ``/prometheus/``, the REST API's (``error``, ``message``)
 everywhere else. A refused request is logged at debug level in one line, never
@@ -22,8 +22,6 @@ from typing import Any
 from aiohttp import web
 
 PROMETHEUS_PREFIX = "/prometheus/"
-ENCODED_PATHS = frozenset({"/api/v1/push"})
-"""Paths whose handlers read a gzip or deflate body themselves; elsewhere a body is plain."""
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +55,6 @@ def error_response(
 @web.middleware
 async def envelope_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer unknown routes, refused bodies and escaped errors in the path's envelope."""
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("", "identity") and request.path not in ENCODED_PATHS:
-        return _refused(request, 415, f"content encoding {encoding!r} is not accepted here")
     try:
         return await handler(request)
     except web.HTTPException as exc:

@@ -325,6 +325,9 @@ async def _form(request: web.Request) -> MultiMapping[Any]:
     """A POST's form parameters; a body that is not a UTF-8 form is refused, not ignored."""
     if request.method != "POST" or not request.body_exists:
         return MultiDict()
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # aiohttp leaves bodies encoded (errors.HANDLER_ARGS)
+        raise QueryError("bad_data", f"content encoding {encoding!r} is not accepted here")
     charset = (request.charset or "utf-8").lower()
     if request.content_type not in _FORMS or charset not in ("utf-8", "utf8", "us-ascii"):
         raise QueryError(
