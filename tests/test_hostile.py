@@ -243,3 +243,12 @@ async def test_framing_errors_are_4xx_and_quiet(
     await writer.wait_closed()
     assert re.match(rb"HTTP/1\.[01] 4\d\d ", status_line), status_line
     assert not [r for r in caplog.records if r.levelno > logging.DEBUG or r.exc_info]
+
+
+async def test_head_metrics_sends_no_body(collector: str) -> None:
+    """HEAD /metrics used to send the page after the headers, which broke the connection."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):  # one kept-alive connection: a stray body would be read as a status line
+            async with session.head(collector + "/metrics") as resp:
+                assert resp.status == 200
+                assert await resp.read() == b""
