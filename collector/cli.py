@@ -63,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
+    idle = _nothing_to_collect(settings)
+    if idle:
+        print(f"cannot start: {idle}", file=sys.stderr)
+        return 2
     try:
         sockets = _bind(*parse_listen(settings.listen))
     except OSError as exc:
@@ -81,6 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sock in sockets:
             sock.close()
     return 0
+
+
+def _nothing_to_collect(settings: CollectorSettings) -> str | None:
+    """Why the settings leave the collector without any source, or None."""
+    pushes = settings.push_auth == "none" or settings.push_token_file is not None
+    if settings.kubernetes or settings.targets_file is not None or pushes:
+        return None
+    return (
+        "nothing to collect: --no-kubernetes without --targets-file, and pushes are off "
+        "(set --targets-file, --push-token-file, or run with Kubernetes)"
+    )
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:

@@ -22,6 +22,7 @@ WORK = Path(".fuzz")
 PER_INPUT_TIMEOUT_S = 10
 RSS_LIMIT_MB = 2048
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
+_PEAK = re.compile(r"stat::peak_rss_mb:\s*(\d+)")
 
 
 def main() -> int:
@@ -46,7 +47,8 @@ def main() -> int:
             [sys.executable, "-m", "pytest", "-q", "tests/test_fuzz.py"], env=env
         )
     failed = False
-    print("| target | inputs | seconds | inputs/s | result |\n|---|---:|---:|---:|---|")
+    print("| target | inputs | seconds | inputs/s | peak RSS MiB | result |")
+    print("|---|---:|---:|---:|---:|---|")
     for name in opts.targets or list(SEEDS):
         failed |= not _parent(name, opts.runs)
     return 1 if failed else 0

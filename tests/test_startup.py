@@ -41,7 +41,14 @@ def one_line(err: str) -> str:
 
 
 def test_collector_listen_address_in_use(busy_port: int) -> None:
-    done = run("collector", "serve", "--no-kubernetes", "--listen", f"127.0.0.1:{busy_port}")
+    done = run(
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--push-auth=none",
+        "--listen",
+        f"127.0.0.1:{busy_port}",
+    )
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert f"127.0.0.1:{busy_port}" in line
@@ -93,6 +100,14 @@ def test_collector_targets_file_must_load_at_start(
     line = one_line(done.stderr)
     assert "--targets-file" in line
     assert words in line
+
+
+def test_a_collector_without_any_source_does_not_start() -> None:
+    done = run("collector", "serve", "--no-kubernetes", "--listen", "127.0.0.1:0")
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "nothing to collect" in line
+    assert "--targets-file" in line
 
 
 def test_an_unset_timeout_follows_a_shorter_interval() -> None:
