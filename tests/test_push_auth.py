@@ -8,12 +8,11 @@ every wait is bounded, and every server is stopped by its context manager.
 
 from __future__ import annotations
 
-import logging
-
 import asyncio
 import gzip
 import itertools
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
