@@ -13,12 +13,14 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import get_args
 
 import aiohttp
 import pytest
 from helpers import running_collector
 
 from collector.web.errors import error_response
+from collector.web.rest.models import Error
 
 TOKEN = "s3cret"
 PATHS = [
@@ -252,3 +254,8 @@ async def test_head_metrics_sends_no_body(collector: str) -> None:
             async with session.head(collector + "/metrics") as resp:
                 assert resp.status == 200
                 assert await resp.read() == b""
+
+
+def test_every_rest_error_code_is_in_the_openapi_schema() -> None:
+    codes = {json.loads(error_response("/x", s, "m").text or "")["error"] for s in range(400, 600)}
+    assert codes <= set(get_args(Error.model_fields["error"].annotation))

@@ -1,15 +1,15 @@
 """One answer for every request the handlers do not answer themselves: a JSON envelope.
 
 Unknown paths, wrong methods, bodies over the limit, and any error that
-escapes a handler are answered here
-in the envelope of the API the path belongs to: Prometheus' (``errorType``,
+escapes a handler are answered here in the envelope of the API the path belongs to: Prometheus' (``errorType``,
 ``error``) under ``/prometheus/``, the REST API's (``error``, ``message``)
 everywhere else. A refused request is logged at debug level in one line, never
 with a traceback: anyone can send one, so a flood of them must not flood the
 log. Only a handler's own crash (a bug) is logged as an error, with its traceback.
 
-The HTTP parser refuses what it cannot frame (a header over aiohttp's 8 KiB
-field limit, a broken request line or chunk) before any route is found;
+The HTTP parser refuses what it cannot frame (a method it does not know, a
+header over aiohttp's 8 KiB field limit, a broken request line or chunk) in
+plain text before any route is found, so before any envelope is known;
 :data:`HANDLER_ARGS` gives it a logger that records those in one debug line too.
 """
 
