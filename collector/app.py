@@ -19,6 +19,7 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -28,11 +29,11 @@ from collector.normalise import PassThrough
 from collector.remote.queue import QueueConfig
 from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.schema import SourceKind
-from collector.selfmetrics import SelfMetrics
+from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.allocations import AllocationConfig, AllocationSource
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
-from collector.sources.files import FileDiscovery
+from collector.sources.files import FileDiscovery, load_targets
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
 from collector.sources.push import PushConfig, PushReceiver
@@ -41,6 +42,7 @@ from collector.sources.targets import Target
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.web import health
+from collector.web.errors import HANDLER_ARGS, envelope_errors
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.rest.chargeback import Chargeback
@@ -59,6 +61,7 @@ SCRAPER = web.AppKey("scraper", ScrapeManager)
 PUSH = web.AppKey("push", PushReceiver)
 TASKS = web.AppKey("tasks", Supervisor)
 REMOTE = web.AppKey("remote", RemoteWriter)
+KUBE = web.AppKey("kubernetes discovery", KubernetesDiscovery)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
@@ -77,7 +80,11 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     metrics = SelfMetrics(store)
     external = settings.external_labels() if settings.external_labels_on_metrics else []
     page = MetricsPage(store, metrics, external)
-    app = web.Application(client_max_size=settings.push_body_limit + 1)
+    app = web.Application(
+        client_max_size=settings.push_body_limit + 1,
+        middlewares=[envelope_errors],
+        handler_args=HANDLER_ARGS,
+    )
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics
@@ -177,7 +184,9 @@ def _ready(app: web.Application) -> str | None:
     """What the app still waits for before it is ready, or None."""
     for what, done in app[SYNCED]:
         if not done():
-            return f"{what} has not synced"
+            discovery = app.get(KUBE)
+            why = f": {discovery.waiting()}" if what == "discovery" and discovery else ""
+            return f"{what} has not synced{why}"
     scraper = app.get(SCRAPER)
     if scraper is not None and not scraper.tried_all():
         return "some targets were never scraped"
@@ -212,7 +221,18 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
                     metrics.forget(source)
                     push.forget(source.node)
 
-    async with app[TASKS].running("store expiry", expire):
+    own = SelfHistory(metrics, store.history)
+    interval = app[SETTINGS].interval
+
+    async def record_own() -> None:
+        while True:
+            own.record(time.time())
+            await asyncio.sleep(interval)
+
+    async with (
+        app[TASKS].running("store expiry", expire),
+        app[TASKS].running("own series", record_own),
+    ):
         yield
 
 
@@ -226,6 +246,7 @@ def _sources(
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
+                _check_targets_file(settings.targets_file)
                 files = FileDiscovery(
                     settings.targets_file, _sink(manager, "file", settings.shard, app[METRICS])
                 )
@@ -246,6 +267,7 @@ def _sources(
                 )
                 synced.append(("discovery", lambda: kube.synced))
                 app[DISCOVERY].append(kube.status)
+                app[KUBE] = kube
                 await stack.enter_async_context(tasks.running("kubernetes discovery", kube.run))
                 directory = KubernetesDirectory(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
@@ -321,6 +343,22 @@ def _sink(
 
 class StartupError(Exception):
     """The collector cannot start as configured; the message says what to change."""
+
+
+def _check_targets_file(path: Path) -> None:
+    """A targets file must load at start: a typo in its path must not look like an empty cluster.
+
+    Later a file that goes missing or turns bad keeps the last good targets.
+    """
+    try:
+        load_targets(path)
+    except OSError as exc:
+        raise StartupError(
+            f"--targets-file / HAMI_COLLECTOR_TARGETS_FILE: cannot read {path}: {exc.strerror}"
+        ) from None
+    except ValueError as exc:
+        said = " ".join(str(exc).split())  # one line: YAML and pydantic errors span several
+        raise StartupError(f"--targets-file / HAMI_COLLECTOR_TARGETS_FILE: {said}") from None
 
 
 async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:

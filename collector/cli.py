@@ -18,7 +18,7 @@ from collector import __version__
 from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
 from core import logs
-from core.settings import add_model_flags, load_settings, parse_listen
+from core.settings import add_model_flags, load_settings, parse_listen, plain
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
@@ -27,12 +27,18 @@ log = logging.getLogger(__name__)
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
-    top = argparse.ArgumentParser(prog="hami-collector", description=__doc__)
+    top = argparse.ArgumentParser(
+        prog="hami-collector", description=plain((__doc__ or "").split("\n\n")[0])
+    )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Collect from a cluster and serve the results.")
     add_model_flags(serve, CollectorSettings, ENV_PREFIX)
-    demo = commands.add_parser("demo", help="Run the collector on an embedded simulated cluster.")
+    demo = commands.add_parser(
+        "demo",
+        help="Run the collector on an embedded simulated cluster.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     demo.add_argument("--listen", default="127.0.0.1:9396", help="Address to serve on, HOST:PORT.")
     demo.add_argument("--nodes", type=int, default=6, help="Simulated GPU nodes (at least 1).")
     demo.add_argument("--interval", type=float, default=5.0, help="Seconds between scrapes.")
@@ -57,7 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    sockets = _bind(*parse_listen(settings.listen))
+    idle = _nothing_to_collect(settings)
+    if idle:
+        print(f"cannot start: {idle}", file=sys.stderr)
+        return 2
+    try:
+        sockets = _bind(*parse_listen(settings.listen))
+    except OSError as exc:
+        print(
+            f"cannot start: cannot listen on {settings.listen} "
+            f"(--listen / {ENV_PREFIX}LISTEN): {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         web.run_app(build_app(settings), sock=sockets, print=_announce(sockets))
     except StartupError as exc:
@@ -67,6 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sock in sockets:
             sock.close()
     return 0
+
+
+def _nothing_to_collect(settings: CollectorSettings) -> str | None:
+    """Why the settings leave the collector without any source, or None."""
+    pushes = settings.push_auth == "none" or settings.push_token_file is not None
+    if settings.kubernetes or settings.targets_file is not None or pushes:
+        return None
+    return (
+        "nothing to collect: --no-kubernetes without --targets-file, and pushes are off "
+        "(set --targets-file, --push-token-file, or run with Kubernetes)"
+    )
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:

@@ -17,9 +17,11 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from collector import __version__
 from collector.allocation import REASONS
 from collector.batch import Batch, Source
+from collector.exposition.parse import parse
 from collector.exposition.render import format_value, render_header, series_key
 from collector.schema import Flavour
 from collector.store import Store
+from collector.tsdb.history import History
 from core.registry import WithoutCreated
 
 _PREFIX = "hami_usage_collector_"
@@ -260,3 +262,36 @@ class _StoreCollector:
             ("history_series", "Series the history holds points of.", history.series),
         ):
             yield GaugeMetricFamily(_PREFIX + name, help_text, value=value)
+
+
+SELF_SOURCE = "collector"
+"""The history axis the collector's own series are recorded on, in every node they name."""
+
+
+class SelfHistory:
+    """Records the collector's own series in the history, so ``/prometheus`` serves them too.
+
+    Each series goes to the node its ``node`` label names (``source_up`` of a
+    node's monitor is that node's series, so Grafana can chart which node's
+    monitor fails); a collector-wide series (counters, ``targets``) has no node.
+    Once per interval, like a scrape of the collector itself.
+    """
+
+    def __init__(self, metrics: SelfMetrics, history: History) -> None:
+        self._metrics = metrics
+        self._history = history
+        self._nodes: set[str] = set()
+
+    def record(self, now: float) -> None:
+        """Record every own series at ``now`` (wall time); a node no longer named gets markers."""
+        page = b"".join(self._metrics.render(openmetrics=False))
+        by_node: dict[str, dict[bytes, float]] = {}
+        for sample in parse(page).samples:
+            node = next((value for name, value in sample.labels if name == "node"), "")
+            labels = [(name, value) for name, value in sample.labels if name != "node"]
+            by_node.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+        for node in self._nodes - by_node.keys():
+            self._history.forget(node, SELF_SOURCE, ())
+        for node, series in by_node.items():
+            self._history.record(node, series, now, SELF_SOURCE)
+        self._nodes = set(by_node)

@@ -68,7 +68,9 @@ class CollectorSettings(FileSettings):
     )
     interval: float = Field(15.0, gt=0, description="Seconds between two scrapes of a target.")
     timeout: float = Field(
-        10.0, gt=0, description="Seconds a scrape may take; at most the interval."
+        10.0,
+        gt=0,
+        description="Seconds a scrape may take; unset, it follows a shorter interval (Prometheus' rule); set, at most the interval.",
     )
     body_limit: int = Field(
         32 << 20, gt=0, description="Largest body accepted, in bytes, after decompression."
@@ -203,7 +205,9 @@ class CollectorSettings(FileSettings):
     @model_validator(mode="after")
     def _check(self) -> CollectorSettings:
         parse_listen(self.listen)
-        if self.timeout > self.interval:
+        if "timeout" not in self.model_fields_set:
+            self.timeout = min(self.timeout, self.interval)
+        elif self.timeout > self.interval:
             raise ValueError(
                 f"timeout ({self.timeout:g}s) must not exceed interval ({self.interval:g}s)"
             )

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource
 
 
@@ -102,7 +104,9 @@ def add_model_flags(
     )
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (env {env_prefix}{name.upper()})"
+        help_text = (
+            f"{plain(field.description or '')} ({_default(field)}env {env_prefix}{name.upper()})"
+        )
         if field.annotation is bool:
             parser.add_argument(
                 flag,
@@ -136,6 +140,28 @@ class _JoinComma(argparse.Action):
     ) -> None:
         before = getattr(namespace, self.dest, None)
         setattr(namespace, self.dest, f"{before},{values}" if before else values)
+
+
+def _default(field: FieldInfo) -> str:
+    """``default: VALUE; `` as --help shows it (lists comma-separated, as flags take them)."""
+    value = field.get_default(call_default_factory=True)
+    if value is None or value == "":
+        return "" if "default" in (field.description or "") else "default: unset; "
+    if isinstance(value, bool):
+        return f"default: {'yes' if value else 'no'}; "
+    if isinstance(value, list):
+        return f"default: {','.join(map(str, value)) or 'empty'}; "
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"default: {value}; "
+
+
+_ROLE = re.compile(r":[a-z]+:`~?(?:[\w.]*\.)?([^`]+)`")
+
+
+def plain(text: str) -> str:
+    """``text`` without reStructuredText markup: roles become their last name, literals plain."""
+    return _ROLE.sub(r"\1", text).replace("``", "")
 
 
 S = TypeVar("S", bound=FileSettings)

@@ -105,7 +105,14 @@ def test_python_dash_m_is_the_same_program() -> None:
 
 
 async def test_serve_starts_and_stops_on_sigterm() -> None:
-    args = ("collector", "serve", "--no-kubernetes", "--listen=127.0.0.1:0", "--log-format=json")
+    args = (
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--push-auth=none",
+        "--listen=127.0.0.1:0",
+        "--log-format=json",
+    )
     with program(*args) as serve:
         url = await serve.url()
         assert url.startswith("http://127.0.0.1:")

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -349,11 +350,16 @@ async def test_pod_directory_lag_is_not_cached(c: Cluster) -> None:
     assert (await c.push(c.snapshot(), token))[0] == 204
 
 
-async def test_api_server_unreachable_is_503(c: Cluster) -> None:
+async def test_api_server_unreachable_is_503(c: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     token = c.token()
     await c.fake.stop()  # connections are refused now
-    status, _ = await c.push(c.snapshot(), token)
-    assert status == 503
+    for sequence in range(5):
+        status, _ = await c.push(c.snapshot(sequence=sequence + 1), token)
+        assert status == 503
+    warned = [r for r in caplog.records if "TokenReview failed" in r.getMessage()]
+    assert [r.levelno for r in warned if r.levelno >= logging.WARNING] == [logging.WARNING], (
+        "one warning while the same failure repeats: anyone can send a push"
+    )
 
 
 async def test_hung_token_review_is_503(fake: FakeKube, kubeconfig: Path) -> None:

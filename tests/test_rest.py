@@ -562,7 +562,9 @@ async def test_openapi_describes_every_route_parameter_and_error() -> None:
     } <= set(schemas)
     error = schemas["Error"]
     assert set(error["required"]) == {"status", "error", "message"}
-    assert error["properties"]["error"]["enum"] == ["not_found", "bad_request"]
+    assert {"not_found", "bad_request", "method_not_allowed"} <= set(
+        error["properties"]["error"]["enum"]
+    ), "every code an answer may carry, the shared error middleware's included"
 
 
 async def test_answers_have_exactly_the_documented_fields() -> None:

@@ -6,6 +6,7 @@ inside the longer loops), so a query in a worker thread stops by itself.
 
 from __future__ import annotations
 
+import re
 import time
 
 from .values import QueryError
@@ -48,3 +49,40 @@ class Limits:
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), None without one."""
         return None if self._at is None else max(0.0, self._at - time.monotonic())
+
+
+MAX_DEPTH = 250
+"""Most operators plus bracket nesting a query may hold.
+
+promql-parser recurses natively per level and segfaults the whole process past a
+few thousand (``1+1+...``); the planner and evaluator recurse in Python too.
+Prometheus has no such limit, but no dashboard query comes near it.
+"""
+_TOKENS = re.compile(
+    r"""(?P<string>"(?:\\.|[^"\\])*"?|'(?:\\.|[^'\\])*'?|`[^`]*`?)"""
+    r"|(?P<braces>\{[^}]*\}?)"
+    r"|(?P<open>[(\[])|(?P<close>[)\]])"
+    r"|(?P<op>[-+*/%^=!<>]|\b(?:and|or|unless|atan2)\b)"
+)
+
+
+def check_depth(text: str) -> None:
+    """Raise ``bad_data`` for a query deeper than :data:`MAX_DEPTH`, before any parser sees it.
+
+    An upper bound, found by a scan that skips string literals and label matchers:
+    every operator counts once, every open bracket while it is open.
+    """
+    operators = nesting = deepest = 0
+    for token in _TOKENS.finditer(text):
+        kind = token.lastgroup
+        if kind == "op":
+            operators += 1
+        elif kind == "open":
+            nesting += 1
+            deepest = max(deepest, nesting)
+        elif kind == "close":
+            nesting = max(nesting - 1, 0)
+        if operators + deepest > MAX_DEPTH:
+            raise QueryError(
+                "bad_data", f"query nested or chained too deeply (more than {MAX_DEPTH} levels)"
+            )

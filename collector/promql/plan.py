@@ -17,6 +17,7 @@ import promql_parser as pp
 
 from collector.tsdb.series import Matcher, Op
 
+from .limits import check_depth
 from .values import QueryError, unsupported
 
 ValueType = Literal["scalar", "vector", "matrix", "string"]
@@ -198,6 +199,7 @@ _MATCH_OPS: tuple[tuple[pp.MatchOp, Op], ...] = (
 
 def compile_query(text: str) -> Node:
     """Parse ``text`` and return the evaluator's tree, or raise :class:`QueryError`."""
+    check_depth(text)
     try:
         expr = pp.parse(text)
     except Exception as exc:  # promql-parser raises ValueError; be safe about others

@@ -135,6 +135,7 @@ class TokenReviewAuth:
         self._timeout = request_timeout
         self._ttl = min(cache_seconds, 60.0)
         self._cache: dict[bytes, tuple[float, _Reviewed | AuthError]] = {}
+        self._failure = ""
 
     async def authenticate(self, token: str | None) -> Caller:
         """Accept a token the API server vouches for, from an allowed service account."""
@@ -160,6 +161,12 @@ class TokenReviewAuth:
             )
         return Caller(reviewed.name, pod.node)
 
+    def _failed(self, failure: str) -> None:
+        """Warn once while the same failure repeats: every unchecked push would repeat it."""
+        level = logging.DEBUG if failure == self._failure else logging.WARNING
+        log.log(level, "TokenReview failed: %s", failure)
+        self._failure = failure
+
     async def _review(self, token: str) -> _Reviewed | AuthError:
         review = client.V1TokenReview(
             spec=client.V1TokenReviewSpec(token=token, audiences=[self._audience])
@@ -169,11 +176,12 @@ class TokenReviewAuth:
                 review, _request_timeout=self._timeout
             )
         except ApiException as exc:
-            log.warning("TokenReview failed: %s %s", exc.status, exc.reason)
+            self._failed(f"{exc.status} {exc.reason}")
             raise AuthError(503, "cannot check the token now") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("TokenReview failed: %s: %s", type(exc).__name__, exc)
+            self._failed(f"{type(exc).__name__}: {exc}")
             raise AuthError(503, "cannot reach the API server to check the token") from None
+        self._failure = ""
         status = answer.status
         if not status or not status.authenticated:
             return AuthError(

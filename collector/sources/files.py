@@ -38,12 +38,15 @@ _GROUPS = TypeAdapter(list[_Group])
 
 def load_targets(path: Path) -> list[Target]:
     """Read and check a file_sd file; raise ``ValueError`` naming what is wrong."""
-    text = path.read_text()
+    raw = path.read_bytes()
     try:
+        text = raw.decode()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         groups = _GROUPS.validate_python(data or [])
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+    except RecursionError:  # both parsers recurse per level of nesting
+        raise ValueError(f"{path}: nested too deeply") from None
     targets = []
     for group in groups:
         labels = group.labels

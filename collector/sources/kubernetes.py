@@ -116,7 +116,7 @@ class Watcher(Generic[T]):
         self._timeouts = timeouts
         self._backoff = backoff
         self.where = f"{what} {selector!r} in {namespace or 'all namespaces'}"
-        self._last_error = ""
+        self.last_error = ""
 
     async def run(self) -> None:
         """List and watch forever; every error is logged and retried, none ends the loop."""
@@ -141,17 +141,17 @@ class Watcher(Generic[T]):
                 self._failed(f"{type(exc).__name__}: {exc}")
                 await self._backoff.wait()
             else:
-                self._last_error = ""
+                self.last_error = ""
 
     def status(self) -> DiscoveryState:
         """Whether it has listed, what it holds, its latest failure."""
-        return DiscoveryState(self.where, self.synced.is_set(), len(self.objects), self._last_error)
+        return DiscoveryState(self.where, self.synced.is_set(), len(self.objects), self.last_error)
 
     def _failed(self, message: str) -> None:
         """Log a failure once while it repeats (a cluster without an API fails every retry)."""
-        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        level = logging.DEBUG if message == self.last_error else logging.WARNING
         log.log(level, "%s: %s; retrying", self.where, message)
-        self._last_error = message
+        self.last_error = message
 
     async def _list(self) -> str:
         resp = await self._call(
@@ -168,7 +168,7 @@ class Watcher(Generic[T]):
         for obj in body.get("items") or []:
             self._apply("ADDED", obj)
         self.synced.set()
-        self._last_error = ""  # listed: whatever failed before is over
+        self.last_error = ""  # listed: whatever failed before is over
         self._changed()
         version: str = body["metadata"]["resourceVersion"]
         log.debug("%s: listed %d at version %s", self.where, len(self.objects), version)
@@ -249,6 +249,14 @@ class KubernetesDiscovery:
     def status(self) -> list[DiscoveryState]:
         """Each watcher's state."""
         return [watcher.status() for watcher in self._watchers]
+
+    def waiting(self) -> str:
+        """What has not listed yet and the last error it met, for ``/readyz``."""
+        for watcher in self._watchers:
+            if not watcher.synced.is_set():
+                error = watcher.last_error or "no answer yet"
+                return f"{watcher.where} not listed ({error})"
+        return ""
 
     def targets(self) -> list[Target]:
         """The targets of every watched pod that is ready to be scraped, once per pod."""

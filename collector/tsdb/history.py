@@ -141,7 +141,8 @@ class History:
         names: set[str] = set()
         for state, (sids, _, _) in self._matching(matchers, start, end):
             names |= state.index.names(np.unique(sids))
-            names.add("node")
+            if state.name:
+                names.add("node")
         return names
 
     def label_values(
@@ -151,7 +152,8 @@ class History:
         values: set[str] = set()
         for state, (sids, _, _) in self._matching(matchers, start, end):
             if name == "node":
-                values.add(state.name)
+                if state.name:
+                    values.add(state.name)
             else:
                 values |= state.index.values(name, np.unique(sids))
         return values

@@ -308,9 +308,8 @@ class NodeSeries:
         labels = self.labels.get(sid)
         if labels is None:
             name, pairs = key_labels(self.keys[sid])
-            labels = self.labels[sid] = LabelSet(
-                {"__name__": name, **dict(pairs), "node": self.name}
-            )
+            node = {"node": self.name} if self.name else {}  # "": the collector's own, no node
+            labels = self.labels[sid] = LabelSet({"__name__": name, **dict(pairs), **node})
         return labels
 
     def want(self, matchers: Sequence[Matcher], verdicts: Verdicts) -> Mask | bool:

@@ -89,6 +89,8 @@ class MetricsPage:
             response.headers["Content-Encoding"] = "gzip"
         response.content_length = sum(map(len, parts))
         await response.prepare(request)
+        if request.method == "HEAD":  # aiohttp would send the body after the headers
+            return response
         for chunk in _slices(parts):
             await response.write(chunk)
         await response.write_eof()

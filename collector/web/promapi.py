@@ -24,10 +24,11 @@ from typing import Any
 
 import promql_parser
 from aiohttp import web
-from multidict import MultiDict
+from multidict import MultiDict, MultiMapping
 
 from collector import __version__, schema
 from collector.promql.floats import format_float
+from collector.promql.limits import check_depth
 from collector.promql.plan import selector_matchers
 from collector.promql.query import Prepared, prepare_instant, prepare_range
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
@@ -296,7 +297,10 @@ class _Params:
 
 def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any]:
     async def handle(request: web.Request) -> web.Response:
-        form = await request.post() if request.method == "POST" else MultiDict()
+        try:
+            form = await _form(request)
+        except QueryError as exc:
+            return _error(exc.error_type, str(exc), 415)
         try:
             data = await handler(_Params(request, form))
         except QueryError as exc:
@@ -309,14 +313,38 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
     return handle
 
 
-def _error(error_type: str, message: str) -> web.Response:
+def _error(error_type: str, message: str, status: int | None = None) -> web.Response:
     body = {"status": "error", "errorType": error_type, "error": message}
-    return web.json_response(body, status=_STATUS.get(error_type, 500))
+    return web.json_response(body, status=status or _STATUS.get(error_type, 500))
+
+
+_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def _form(request: web.Request) -> MultiMapping[Any]:
+    """A POST's form parameters; a body that is not a UTF-8 form is refused, not ignored."""
+    if request.method != "POST" or not request.body_exists:
+        return MultiDict()
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # aiohttp leaves bodies encoded (errors.HANDLER_ARGS)
+        raise QueryError("bad_data", f"content encoding {encoding!r} is not accepted here")
+    charset = (request.charset or "utf-8").lower()
+    if request.content_type not in _FORMS or charset not in ("utf-8", "utf8", "us-ascii"):
+        raise QueryError(
+            "bad_data",
+            f"a POST body must be a UTF-8 form ({', '.join(_FORMS)}), "
+            f"not {request.content_type}; charset={charset}",
+        )
+    try:
+        return await request.post()
+    except ValueError as exc:  # a multipart body without its boundary, bytes not UTF-8
+        raise QueryError("bad_data", f"unreadable form body: {exc}") from None
 
 
 def _selectors(texts: Sequence[str]) -> list[tuple[Matcher, ...]]:
     out = []
     for text in texts:
+        check_depth(text)
         try:
             expr = promql_parser.parse(text)
         except (ValueError, RuntimeError) as exc:

@@ -25,7 +25,15 @@ class Error(_Model):
     """Every error answer of the API."""
 
     status: Literal["error"] = "error"
-    error: Literal["not_found", "bad_request"]
+    error: Literal[
+        "not_found",
+        "bad_request",
+        "method_not_allowed",
+        "too_large",
+        "unsupported_media_type",
+        "headers_too_large",
+        "internal",
+    ]
     message: str = Field(description="What was wrong; a bad query parameter is named here.")
 
 

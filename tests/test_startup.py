@@ -1,0 +1,153 @@
+"""The first run: start-up mistakes end with exit code 2 and one line naming the setting.
+
+Where waiting is right (the Kubernetes API not answering yet), the collector
+starts and ``/readyz`` says what it waits for and why.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from helpers import eventually, reserved_port, running_collector
+
+from collector.settings import CollectorSettings
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port another socket listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_collector_listen_address_in_use(busy_port: int) -> None:
+    done = run(
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--push-auth=none",
+        "--listen",
+        f"127.0.0.1:{busy_port}",
+    )
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert f"127.0.0.1:{busy_port}" in line
+    assert "--listen" in line
+    assert "in use" in line
+
+
+def test_agent_listen_address_in_use(busy_port: int, tmp_path: Path) -> None:
+    done = run(
+        "agent",
+        "run",
+        "--node",
+        "gpu-1",
+        "--no-nvml",
+        "--roots",
+        str(tmp_path),
+        "--listen",
+        f"127.0.0.1:{busy_port}",
+        "--collector",
+        "http://127.0.0.1:1",
+    )
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "--listen" in line
+    assert "in use" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [(None, "No such file"), ("[{targets: [", "targets.yaml"), ("[[[" * 5000, "too deeply")],
+    ids=["missing", "broken", "deep"],
+)
+def test_collector_targets_file_must_load_at_start(
+    tmp_path: Path, content: str | None, words: str
+) -> None:
+    path = tmp_path / "targets.yaml"
+    if content is not None:
+        path.write_text(content)
+    done = run(
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--listen",
+        "127.0.0.1:0",
+        "--targets-file",
+        str(path),
+    )
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "--targets-file" in line
+    assert words in line
+
+
+def test_a_collector_without_any_source_does_not_start() -> None:
+    done = run("collector", "serve", "--no-kubernetes", "--listen", "127.0.0.1:0")
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "nothing to collect" in line
+    assert "--targets-file" in line
+
+
+def test_an_unset_timeout_follows_a_shorter_interval() -> None:
+    assert CollectorSettings(interval=1).timeout == 1
+    assert CollectorSettings(interval=30).timeout == 10
+    assert CollectorSettings(interval=5, timeout=2).timeout == 2
+
+
+def test_an_explicit_timeout_over_the_interval_is_refused() -> None:
+    done = run("collector", "serve", "--no-kubernetes", "--interval", "1", "--timeout", "2")
+    assert done.returncode == 2
+    assert "timeout (2s) must not exceed interval (1s)" in one_line(done.stderr)
+
+
+async def test_readyz_says_why_discovery_waits(tmp_path: Path) -> None:
+    with reserved_port() as port:  # nothing listens: every list is refused
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(_KUBECONFIG.replace("PORT", str(port)))
+        async with (
+            running_collector(kubeconfig=kubeconfig, interval=1) as (url, _),
+            aiohttp.ClientSession() as session,
+        ):
+            text = ""
+
+            async def explained() -> bool:
+                nonlocal text
+                async with session.get(url + "/readyz") as resp:
+                    text = await resp.text()
+                    return resp.status == 503 and "Error" in text
+
+            await eventually(explained, what="/readyz to name the discovery error")
+    assert text.startswith("not ready: discovery has not synced: ")
+    assert "pods" in text
+
+
+_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:PORT"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
