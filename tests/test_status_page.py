@@ -235,12 +235,15 @@ async def test_discovery_shows_a_failing_watch_then_its_sync(
 
 
 async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
+    # A file that does not load at start stops the collector (tests/test_startup.py);
+    # one that turns bad later keeps its last good targets and shows the error.
     targets = tmp_path / "targets.yaml"
-    targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami}\n")  # no node
+    targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami, node: n1}\n")
     async with (
         running_collector(kubernetes=False, targets_file=targets) as (base, _),
         aiohttp.ClientSession() as http,
     ):
+        targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami}\n")  # no node
 
         async def shown() -> list[str] | None:
             found = Rows((await get(http, f"{base}/"))[1]).starting(f"targets file {targets}")
@@ -249,7 +252,7 @@ async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
         await eventually(lambda: _is_row(shown()), 10, "the targets file's error")
         row = await shown()
         assert row is not None
-        assert row[2] == "0"
+        assert row[2] == "1"
         assert "labels.node" in row[3]
         assert row[3].endswith("the last good targets are kept")
 
