@@ -19,6 +19,7 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +28,7 @@ from kubernetes_asyncio import client, config
 
 from collector.normalise import PassThrough
 from collector.remote.queue import QueueConfig
+from collector.remote.status import remote_panel
 from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfHistory, SelfMetrics
@@ -150,6 +152,7 @@ async def _remote_write(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(ssl=ssl_context, limit=0)
     async with remote_writing(config, app[STORE], app[METRICS], app[TASKS], connector) as writer:
         app[REMOTE] = writer
+        app[PANELS].append(partial(remote_panel, writer))
         yield
 
 

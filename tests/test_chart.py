@@ -42,6 +42,11 @@ AGENT = f"{FULLNAME}-agent"
 URL = f"http://{FULLNAME}.{NAMESPACE}:9396"
 KUBE_VERSIONS = ("1.29", "1.35")
 MONITOR_API = "monitoring.coreos.com/v1"
+REMOTE_WRITE_MOUNT = "/etc/hami-usage-collector/remote-write"
+REMOTE_WRITE_URL = [
+    "--set-json",
+    'collector.settings.remoteWriteUrl=["https://rw.example.com/write"]',
+]
 
 Doc = dict[str, Any]
 S = TypeVar("S", CollectorSettings, AgentSettings)
@@ -77,6 +82,7 @@ COLLECTOR_OWNED = {
     "log_level",
     "shard_count",
     "shard_index",
+    "replica",
     "remote_write_bearer_token_file",
     "remote_write_password_file",
     "remote_write_ca_file",
@@ -440,10 +446,24 @@ def unknown_settings(env: Mapping[str, str], prefix: str, model: type[S]) -> set
     return named - set(model.model_fields)
 
 
-def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> None:
+def secret_files(env: Mapping[str, str], folder: Path) -> dict[str, str]:
+    """``env`` with the remote-write Secret's files moved to ``folder``, where they now exist.
+
+    The collector refuses a credentials file that is not there at start.
+    """
+    out = dict(env)
+    for name, value in env.items():
+        if value.startswith(f"{REMOTE_WRITE_MOUNT}/"):
+            path = folder / value.removeprefix(f"{REMOTE_WRITE_MOUNT}/")
+            path.write_text("secret")
+            out[name] = str(path)
+    return out
+
+
+def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]], tmp_path: Path) -> None:
     for name, docs in rendered.items():
         for workload in collectors(docs):
-            env = env_of(workload)
+            env = secret_files(env_of(workload), tmp_path)
             assert not unknown_settings(env, "HAMI_COLLECTOR_", CollectorSettings), name
             collector = settings_from(CollectorSettings, env)
             assert collector.listen == "0.0.0.0:9396", name
@@ -454,7 +474,8 @@ def test_programs_accept_the_rendered_env(rendered: dict[str, list[Doc]]) -> Non
             assert agent.node == "gpu-node-1", name
             assert agent.listen == "0.0.0.0:9397", name
             assert agent.token_file is not None, name
-    full = settings_from(CollectorSettings, env_of(one(rendered["full"], "Deployment")))
+    full_env = secret_files(env_of(one(rendered["full"], "Deployment")), tmp_path)
+    full = settings_from(CollectorSettings, full_env)
     assert (full.interval, full.timeout, full.history_max_points) == (30, 7.5, 40_000_000)
     assert full.passthrough_deny == ["go_.*", "python_.*"]
     assert full.push_service_accounts == [f"{NAMESPACE}/{AGENT}", "other-ns/other-agent"]
@@ -778,6 +799,46 @@ def test_notes_print_the_urls() -> None:
             ["--set", "collector.replicas=2", "--set", "collector.pdb.minAvailable=2"],
             "minAvailable",
         ),
+        (
+            ["--set", "remoteWrite.existingSecret=rw"],
+            "remoteWrite.existingSecret is set but names no key",
+        ),
+        (["--set", "remoteWrite.caKey=ca.crt"], "need remoteWrite.existingSecret"),
+        (
+            ["--set", "remoteWrite.existingSecret=rw", "--set", "remoteWrite.caKey=ca.crt"],
+            "collector.settings.remoteWriteUrl is empty",
+        ),
+        (
+            [
+                *REMOTE_WRITE_URL,
+                "--set",
+                "remoteWrite.existingSecret=rw",
+                "--set",
+                "remoteWrite.passwordKey=password",
+            ],
+            "go together",
+        ),
+        (
+            [
+                *REMOTE_WRITE_URL,
+                "--set",
+                "collector.settings.remoteWriteUsername=u",
+                "--set",
+                "remoteWrite.existingSecret=rw",
+                "--set",
+                "remoteWrite.passwordKey=password",
+                "--set",
+                "remoteWrite.bearerTokenKey=token",
+            ],
+            "exclude each other",
+        ),
+        (["--set", "remoteWrite.existingSecret=Not_A_Name"], "/remoteWrite/existingSecret"),
+        (["--set", "remoteWrite.caKey=ca/crt"], "/remoteWrite/caKey"),
+        (
+            ["--set-json", 'collector.settings.externalLabel=["replica=a"]'],
+            "replica is set by the chart",
+        ),
+        (["--set", "collector.settings.replica=a"], "additional properties 'replica'"),
     ],
 )
 def test_bad_values_are_refused(args: list[str], message: str) -> None:
@@ -875,3 +936,58 @@ def test_notes_of_the_sharded_layout() -> None:
 def test_bad_scaling_values_are_refused(args: list[str], message: str) -> None:
     with pytest.raises(HelmError, match=message):
         template(*args)
+
+
+# --- remote write: the replica label and the credentials Secret ------------------------
+
+
+def test_every_collector_pod_names_itself_as_the_replica(rendered: dict[str, list[Doc]]) -> None:
+    for name, docs in rendered.items():
+        for workload in collectors(docs):
+            env = {e["name"]: e for e in container(workload)["env"]}
+            replica = env["HAMI_COLLECTOR_REPLICA"]
+            assert replica["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, name
+
+
+def test_remote_write_credentials_come_from_the_secret(rendered: dict[str, list[Doc]]) -> None:
+    deployment = one(rendered["full"], "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "remote-write"]
+    assert volume["secret"]["secretName"] == "vminsert-credentials"
+    assert volume["secret"]["items"] == [
+        {"key": "token", "path": "token"},
+        {"key": "ca.crt", "path": "ca.crt"},
+    ]
+    (mount,) = [m for m in container(deployment)["volumeMounts"] if m["name"] == "remote-write"]
+    assert mount == {"name": "remote-write", "mountPath": REMOTE_WRITE_MOUNT, "readOnly": True}
+    env = env_of(deployment)
+    assert env["HAMI_COLLECTOR_REMOTE_WRITE_BEARER_TOKEN_FILE"] == f"{REMOTE_WRITE_MOUNT}/token"
+    assert env["HAMI_COLLECTOR_REMOTE_WRITE_CA_FILE"] == f"{REMOTE_WRITE_MOUNT}/ca.crt"
+    assert "HAMI_COLLECTOR_REMOTE_WRITE_PASSWORD_FILE" not in env
+    # nothing mounted, no file settings, without the Secret
+    default = one(rendered["default"], "Deployment")
+    assert [v["name"] for v in default["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    assert not [k for k in env_of(default) if k.startswith("HAMI_COLLECTOR_REMOTE_WRITE")]
+
+
+def test_remote_write_basic_auth_from_the_secret(tmp_path: Path) -> None:
+    docs = template(
+        *REMOTE_WRITE_URL,
+        "--set",
+        "collector.settings.remoteWriteUsername=collector",
+        "--set",
+        "remoteWrite.existingSecret=rw",
+        "--set",
+        "remoteWrite.passwordKey=password",
+        "--set",
+        "collector.shards=2",
+    )
+    for workload in collectors(docs):
+        env = env_of(workload)
+        assert env["HAMI_COLLECTOR_REMOTE_WRITE_PASSWORD_FILE"] == f"{REMOTE_WRITE_MOUNT}/password"
+        settings = settings_from(CollectorSettings, secret_files(env, tmp_path))
+        assert settings.remote_write_username == "collector"
+        assert settings.remote_write_password_file == tmp_path / "password"
+        volumes = workload["spec"]["template"]["spec"]["volumes"]
+        (volume,) = [v for v in volumes if v["name"] == "remote-write"]
+        assert volume["secret"]["items"] == [{"key": "password", "path": "password"}]

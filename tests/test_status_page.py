@@ -20,7 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from fakekube import FakeKube
-from helpers import eventually, reserved_port, running_collector, scraping_collector
+from helpers import eventually, reserved_port, running_collector, scraping_collector, serving
+from receivers import Recorder, prometheus_receiver
 
 from collector.app import STORE
 from collector.batch import Batch, Source
@@ -163,6 +164,62 @@ async def test_every_value_from_the_cluster_is_escaped() -> None:
         assert "Remote &lt;b&gt;write&lt;/b&gt;" in html
 
 
+async def test_remote_write_destinations_show_their_state(tmp_path: Path) -> None:
+    """A receiver that accepts, one that refused a batch, one that is down: each as it is."""
+    refusing = Recorder(400)
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", refusing.handle)
+    with prometheus_receiver(tmp_path) as prometheus, reserved_port() as dead:
+        async with serving(receiver) as refuser:
+            down = f"http://127.0.0.1:{dead}/api/v1/write"
+            urls = [
+                f"{prometheus}/api/v1/write",
+                f"{refuser}/api/v1/write",
+                f"http://collector:hunter2@127.0.0.1:{dead}/api/v1/write?token=hunter2",
+            ]
+            async with (
+                running_collector(
+                    kubernetes=False,
+                    interval=0.5,
+                    remote_write_url=urls,
+                    remote_write_flush_timeout=0,
+                ) as (base, app),
+                aiohttp.ClientSession() as http,
+            ):
+                app[STORE].put(agent_source("n-1"), BATCH, time.monotonic())
+                rows: dict[str, list[str]] = {}
+                html = ""
+
+                async def shown() -> bool:
+                    nonlocal html
+                    _, html = await get(http, f"{base}/")
+                    rows.clear()
+                    rows.update((cells[0], cells) for cells in Rows(html).starting("http://"))
+                    return (
+                        rows.keys() == {urls[0], urls[1], down}
+                        and rows[urls[0]][1] == "up"
+                        and rows[urls[1]][1] == "up"
+                        and rows[urls[1]][5] != "0"
+                        and rows[down][1] == "failing"
+                    )
+
+                await eventually(shown, 30, "every destination in its state")
+    assert "<h2>Remote write</h2>" in html
+    assert "hunter2" not in html
+    # Destination, State, Pending, Sent, Dropped, Failed, Last success, Last error
+    accepted = rows[urls[0]]
+    assert int(accepted[3]) > 0
+    assert (accepted[4], accepted[5], accepted[7]) == ("0", "0", "")
+    assert "ago" in accepted[6]
+    refused = rows[urls[1]]
+    assert int(refused[3]) > 0
+    assert refused[7].endswith("samples refused (HTTP 400: refused (400))")
+    unreachable = rows[down]
+    assert (unreachable[3], unreachable[6]) == ("0", "never")
+    assert int(unreachable[2]) > 0
+    assert "Cannot connect to host 127.0.0.1" in unreachable[7]
+
+
 async def test_a_failing_target_shows_its_error_and_the_file_discovery(tmp_path: Path) -> None:
     simulated = build_cluster(3, seed=2, flavours=("hami", "volcano", "kai"))
     async with (
@@ -235,10 +292,9 @@ async def test_discovery_shows_a_failing_watch_then_its_sync(
 
 
 async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
-    # A file that does not load at start stops the collector (tests/test_startup.py);
-    # one that turns bad later keeps its last good targets and shows the error.
+    # A bad file at start stops the collector; one that turns bad later is shown.
     targets = tmp_path / "targets.yaml"
-    targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami, node: n1}\n")
+    targets.write_text("[]\n")
     async with (
         running_collector(kubernetes=False, targets_file=targets) as (base, _),
         aiohttp.ClientSession() as http,
@@ -252,7 +308,7 @@ async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
         await eventually(lambda: _is_row(shown()), 10, "the targets file's error")
         row = await shown()
         assert row is not None
-        assert row[2] == "1"
+        assert row[2] == "0"
         assert "labels.node" in row[3]
         assert row[3].endswith("the last good targets are kept")
 

@@ -155,12 +155,17 @@ class SimulatedDirectory:
         return self._known
 
     def _build(self) -> StaticDirectory:
-        objects = self.objects()
-        pods = {ref.uid: ref for ref in map(pod_ref, objects.pods)}
-        claims = {c["metadata"]["uid"]: claim_of(c) for c in objects.claims}
-        slices = {key: uuid for s in objects.slices for key, uuid in slice_devices(s)}
-        self._born = {uid: t for uid, t in self._born.items() if uid in pods}
-        return StaticDirectory(pods, claims, slices)
+        directory = directory_of(self.objects())
+        self._born = {uid: t for uid, t in self._born.items() if uid in directory.pods}
+        return directory
+
+
+def directory_of(objects: Objects) -> StaticDirectory:
+    """What the pod watch makes of ``objects``, read through the collector's own parsers."""
+    pods = {ref.uid: ref for ref in map(pod_ref, objects.pods)}
+    claims = {c["metadata"]["uid"]: claim_of(c) for c in objects.claims}
+    slices = {key: uuid for s in objects.slices for key, uuid in slice_devices(s)}
+    return StaticDirectory(pods, claims, slices)
 
 
 async def run_agent(

@@ -237,6 +237,7 @@ class Destination:
                     problem = f"HTTP {resp.status}: {reason}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
+            self.stats.trouble(problem.replace(self.url, self.stats.name))  # no user info
             if not retry:
                 log.info("remote write metadata to %s failed: %s", self.stats.name, problem)
                 return
@@ -249,6 +250,7 @@ class Destination:
         self.stats.failed(count)
         first_line = reason.splitlines()[0][:60] if reason else ""
         what = f"{count} samples refused (HTTP {status}: {first_line})"
+        self.stats.trouble(what)
         self._log_once(f"{status} {first_line}", what)
 
     def _log_once(self, key: str, what: str) -> None:

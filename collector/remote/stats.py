@@ -84,7 +84,13 @@ class DestinationStats:
         self._last_success = stats.last_success.labels(name)
         self._latency = stats.latency.labels(name)
         self.totals = dict.fromkeys(("sent", "failed", "dropped", "retried", "pending"), 0)
-        """The same counts as plain numbers, for logs and tests."""
+        """The same counts as plain numbers, for logs, the status page and tests."""
+        self.last_success: float | None = None
+        """When the receiver last accepted a request (Unix time)."""
+        self.last_error = ""
+        """What went wrong with the latest request that failed, for the status page."""
+        self.failing = False
+        """Whether the latest request failed (it is retried, or its samples were refused)."""
 
     def queued(self, samples: int, dropped: int) -> None:
         """``samples`` were queued, and ``dropped`` older ones went to make room."""
@@ -102,8 +108,15 @@ class DestinationStats:
         self.totals["sent"] += samples
         self.totals["pending"] -= samples
         self._last_success.set(now)
+        self.last_success = now
+        self.failing = False
         self._latency.observe(seconds)
         self._changed()
+
+    def trouble(self, problem: str) -> None:
+        """A request failed with ``problem`` (a short line without credentials)."""
+        self.last_error = problem
+        self.failing = True
 
     def failed(self, samples: int) -> None:
         """A request of ``samples`` was refused for good."""

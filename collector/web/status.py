@@ -245,7 +245,7 @@ class StatusPage:
         self._tasks = tasks
         self._ready = ready
         env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-        env.filters.update(age=_age, utc=_utc, seconds=_seconds)
+        env.filters.update(age=age, utc=utc, seconds=_seconds)
         self._template = env.from_string(PAGE)
 
     def routes(self) -> list[web.RouteDef]:
@@ -367,7 +367,8 @@ def _refused(metrics: SelfMetrics) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-def _age(then: float | None, now: float) -> str:
+def age(then: float | None, now: float) -> str:
+    """How long ago ``then`` was, for people (``never`` for None)."""
     if then is None:
         return "never"
     seconds = max(0.0, now - then)
@@ -379,7 +380,8 @@ def _age(then: float | None, now: float) -> str:
     return f"{minutes // 60}h {minutes % 60}m ago"
 
 
-def _utc(then: float | None) -> str:
+def utc(then: float | None) -> str:
+    """``then`` as a UTC date and time (empty for None)."""
     if then is None:
         return ""
     return datetime.fromtimestamp(then, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

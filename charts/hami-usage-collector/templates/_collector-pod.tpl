@@ -62,6 +62,26 @@ template:
           - name: HAMI_COLLECTOR_SHARD_INDEX
             value: {{ $shard | quote }}
           {{- end }}
+          - name: HAMI_COLLECTOR_REPLICA
+            valueFrom:
+              fieldRef:
+                fieldPath: metadata.name
+          {{- with $root.Values.remoteWrite }}
+          {{- if .existingSecret }}
+          {{- if .bearerTokenKey }}
+          - name: HAMI_COLLECTOR_REMOTE_WRITE_BEARER_TOKEN_FILE
+            value: {{ printf "%s/%s" (include "huc.remoteWriteMount" $root) .bearerTokenKey | quote }}
+          {{- end }}
+          {{- if .passwordKey }}
+          - name: HAMI_COLLECTOR_REMOTE_WRITE_PASSWORD_FILE
+            value: {{ printf "%s/%s" (include "huc.remoteWriteMount" $root) .passwordKey | quote }}
+          {{- end }}
+          {{- if .caKey }}
+          - name: HAMI_COLLECTOR_REMOTE_WRITE_CA_FILE
+            value: {{ printf "%s/%s" (include "huc.remoteWriteMount" $root) .caKey | quote }}
+          {{- end }}
+          {{- end }}
+          {{- end }}
           - name: HAMI_COLLECTOR_LOG_FORMAT
             value: {{ $root.Values.collector.logFormat | quote }}
           - name: HAMI_COLLECTOR_LOG_LEVEL
@@ -93,10 +113,28 @@ template:
         volumeMounts:
           - name: tmp
             mountPath: /tmp
+          {{- if $root.Values.remoteWrite.existingSecret }}
+          - name: remote-write
+            mountPath: {{ include "huc.remoteWriteMount" $root }}
+            readOnly: true
+          {{- end }}
     volumes:
       - name: tmp
         emptyDir:
           sizeLimit: 16Mi
+      {{- with $root.Values.remoteWrite }}
+      {{- if .existingSecret }}
+      - name: remote-write
+        secret:
+          secretName: {{ .existingSecret }}
+          defaultMode: 0444
+          items:
+            {{- range $key := list .bearerTokenKey .passwordKey .caKey | compact | uniq }}
+            - key: {{ $key | quote }}
+              path: {{ $key | quote }}
+            {{- end }}
+      {{- end }}
+      {{- end }}
     {{- with $root.Values.collector.nodeSelector }}
     nodeSelector:
       {{- toYaml . | nindent 6 }}
@@ -148,4 +186,9 @@ podAntiAffinity:
         {{- toYaml $term | nindent 8 }}
 {{- end }}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the remote-write Secret's keys are mounted (read-only) in the collector. */}}
+{{- define "huc.remoteWriteMount" -}}
+/etc/hami-usage-collector/remote-write
 {{- end -}}

@@ -179,7 +179,35 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- include "huc.validateRemoteWrite" . -}}
 {{- if and (gt (int .Values.collector.replicas) 1) (ge (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
 {{- fail (printf "collector.pdb.minAvailable (%d) must be below collector.replicas (%d), or no pod could ever be evicted" (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* remoteWrite's Secret and keys, and the replica label the chart owns. */}}
+{{- define "huc.validateRemoteWrite" -}}
+{{- $rw := .Values.remoteWrite -}}
+{{- $keys := list $rw.bearerTokenKey $rw.passwordKey $rw.caKey | compact -}}
+{{- $settings := .Values.collector.settings -}}
+{{- if and $rw.existingSecret (not $keys) -}}
+{{- fail "remoteWrite.existingSecret is set but names no key: set remoteWrite.bearerTokenKey, passwordKey or caKey" -}}
+{{- end -}}
+{{- if and $keys (not $rw.existingSecret) -}}
+{{- fail "remoteWrite.bearerTokenKey/passwordKey/caKey need remoteWrite.existingSecret, the Secret that holds them" -}}
+{{- end -}}
+{{- if and $keys (not $settings.remoteWriteUrl) -}}
+{{- fail "remoteWrite credentials are set but collector.settings.remoteWriteUrl is empty" -}}
+{{- end -}}
+{{- if and $rw.bearerTokenKey $rw.passwordKey -}}
+{{- fail "remoteWrite.bearerTokenKey and remoteWrite.passwordKey exclude each other (bearer token or basic auth)" -}}
+{{- end -}}
+{{- if ne (not $rw.passwordKey) (not $settings.remoteWriteUsername) -}}
+{{- fail "remoteWrite.passwordKey and collector.settings.remoteWriteUsername go together (basic auth)" -}}
+{{- end -}}
+{{- range $settings.externalLabel -}}
+{{- if hasPrefix "replica=" (trim .) -}}
+{{- fail "collector.settings.externalLabel: replica is set by the chart (each pod's name)" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
