@@ -238,13 +238,18 @@ def real_prometheus(
     try:
         yield _wait_ready(process, log_path)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process)
         log.close()
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stop a tool the tests started: SIGTERM, then SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
@@ -306,12 +311,7 @@ def real_vmalert(
                 time.sleep(0.1)  # a bounded poll, as in _wait_ready()
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            stop_process(process)
 
 
 def _answers(url: str) -> bool:

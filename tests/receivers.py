@@ -13,7 +13,7 @@ from pathlib import Path
 import cramjam
 import pytest
 from aiohttp import ClientSession, web
-from helpers import real_prometheus, reserved_port
+from helpers import real_prometheus, reserved_port, stop_process
 
 VICTORIA = Path(__file__).resolve().parent.parent / ".tools" / "victoria-metrics" / "usr" / "bin"
 START_TIMEOUT = 30.0
@@ -56,12 +56,7 @@ def victoria_metrics(work: Path) -> Iterator[str]:
             _wait_healthy(process, url, work / "victoria.log")
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            stop_process(process)
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
