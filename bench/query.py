@@ -40,6 +40,11 @@ connection per target, sequential, bodies read in full, no compression),
 rounds interleaved with the peer's so both see the same load. p99 of 100 runs
 or fewer is their maximum.
 
+``--step 15`` fills the hour at 15 s instead (241 rounds); the headline range
+query keeps its 60 s step. The goal's other instant queries (``topk(10, ...)``,
+``count by (namespace) (...)``) are timed in process and over HTTP beside the
+peer, and the dashboard is drawn over HTTP on both (:mod:`bench.dashboard`).
+
 Peer, same run: a real Prometheus 2.42 holding the same samples: every point
 of the filled history (same series, timestamps and values), staleness markers
 included. They are written through Prometheus' remote-write receiver (a
@@ -107,7 +112,8 @@ MONITORS: tuple[str, ...] = ("hami",)
 SPAN = 3600.0
 """Seconds of history filled: one hour."""
 STEP = 60.0
-"""Seconds between two filled points, and the range query's step."""
+"""Seconds between two filled points by default (``--step``), and the range query's step always
+(the dashboard's queries take the data's step, as Grafana's minimum interval)."""
 ROUNDS = int(SPAN // STEP) + 1
 QUERY = "sum by (node) (hami_vgpu_memory_used_bytes)"
 REPEATS = 30
@@ -220,10 +226,18 @@ class Fill:
         }
 
 
-def fill(store: Store, nodes: int, start: float, step: float = STEP, rounds: int = ROUNDS) -> Fill:
+def fill(
+    store: Store,
+    nodes: int,
+    start: float,
+    step: float = STEP,
+    rounds: int = ROUNDS,
+    traced: int = TRACE_NODES,
+) -> Fill:
     """Put ``rounds`` rounds of every node into ``store``, sampled at ``start + k * step``.
 
-    Rounds past the first :data:`TRACE_ROUNDS` are not kept for the traced history.
+    The batches of the first ``traced`` nodes in the first :data:`TRACE_ROUNDS`
+    rounds are kept for the traced history.
     """
     names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=MONITORS, start_time=start)]
     sources = [Source(f"uid-{n}", f"monitors/{n}:9394", n, SourceKind.HAMI, 1) for n in names]
@@ -261,8 +275,8 @@ def fill(store: Store, nodes: int, start: float, step: float = STEP, rounds: int
             out.normalise_s += t2 - t1
             out.put_s += t3 - t2
             out.samples += sum(b.samples for b in batches)
-            if k < TRACE_ROUNDS:
-                out.traced.append([b.series for b in batches[:TRACE_NODES]])
+            if k < TRACE_ROUNDS and traced:
+                out.traced.append([b.series for b in batches[:traced]])
             if k == 0:
                 out.first_round_s = t3 - t1
             out.rounds += 1
@@ -857,7 +871,7 @@ def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) ->
             peer_cpu = cpu_seconds(prometheus.process.pid)
             instant, answer = timed(lambda: instant_query(QUERY, now, history), budget)
             ours_instant = from_ours(answer, now)
-            ranged, answer = timed(lambda: range_query(QUERY, start, now, step, history), budget)
+            ranged, answer = timed(lambda: range_query(QUERY, start, now, STEP, history), budget)
             ours_range = from_ours(answer, 0.0)
             del answer
             others = {
@@ -869,14 +883,14 @@ def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) ->
 
             ours_base = f"http://127.0.0.1:{port}"
             targets = [
-                ["ours_instant", ours_base, _query_path(PREFIX, "instant", now, step)],
+                ["ours_instant", ours_base, _query_path(PREFIX, "instant", now, STEP)],
                 [
                     "prometheus_instant",
                     prometheus.base,
-                    _query_path("/api/v1", "instant", now, step),
+                    _query_path("/api/v1", "instant", now, STEP),
                 ],
-                ["ours_range", ours_base, _query_path(PREFIX, "range", now, step)],
-                ["prometheus_range", prometheus.base, _query_path("/api/v1", "range", now, step)],
+                ["ours_range", ours_base, _query_path(PREFIX, "range", now, STEP)],
+                ["prometheus_range", prometheus.base, _query_path("/api/v1", "range", now, STEP)],
             ]
             peers = {"ours": (ours_base, PREFIX), "prometheus": (prometheus.base, "/api/v1")}
             targets += dashboard.instant_targets(peers, now)
