@@ -705,15 +705,19 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name, *_ in spec["targets"]}
     first: dict[str, float] = {}
     last: dict[str, tuple[int, bytes]] = {}
+    given_up: set[str] = set()
     try:
         for r in itertools.count():
             due = [
                 (name, base, path)
                 for name, base, path, *cap in spec["targets"]
-                if r == 0
-                or (
-                    budget.more(len(times[name]), sum(times[name]))
-                    and len(times[name]) < min(cap, default=budget.repeats)
+                if name not in given_up
+                and (
+                    r == 0
+                    or (
+                        budget.more(len(times[name]), sum(times[name]))
+                        and len(times[name]) < min(cap, default=budget.repeats)
+                    )
                 )
             ]
             if not due:
@@ -727,15 +731,16 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
                     )
                     conns[name] = conn
                 t0 = time.perf_counter()
-                conn.request("GET", path, headers={"Accept-Encoding": "identity"})
-                resp = conn.getresponse()
-                body = resp.read()
+                status, body = _get(conn, path)
                 elapsed = time.perf_counter() - t0
                 if r == 0:
                     first[name] = elapsed
                 else:
                     times[name].append(elapsed)
-                last[name] = (resp.status, body)
+                last[name] = (status, body)
+                if not status:  # timed out: counted once at its full time, then not asked again
+                    conns.pop(name).close()
+                    given_up.add(name)
     finally:
         for conn in conns.values():
             conn.close()
@@ -745,6 +750,16 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
         Path(spec["out"], f"{name}.json").write_bytes(body)
         out[name] = {**summary(seconds, first[name]), "status": status, "bytes": len(body)}
     return out
+
+
+def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
+    """Status and body of ``GET path``; status 0 when it took longer than :data:`HTTP_TIMEOUT`."""
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "identity"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except TimeoutError:
+        return 0, b'{"status":"error","errorType":"timeout","error":"no answer in time"}'
 
 
 def _rest_routes(app: web.Application) -> str:
