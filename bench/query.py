@@ -40,6 +40,11 @@ connection per target, sequential, bodies read in full, no compression),
 rounds interleaved with the peer's so both see the same load. p99 of 100 runs
 or fewer is their maximum.
 
+``--step 15`` fills the hour at 15 s instead (241 rounds); the headline range
+query keeps its 60 s step. The goal's other instant queries (``topk(10, ...)``,
+``count by (namespace) (...)``) are timed in process and over HTTP beside the
+peer, and the dashboard is drawn over HTTP on both (:mod:`bench.dashboard`).
+
 Peer, same run: a real Prometheus 2.42 holding the same samples: every point
 of the filled history (same series, timestamps and values), staleness markers
 included. They are written through Prometheus' remote-write receiver (a
@@ -84,6 +89,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from bench import dashboard
 from bench.cluster import ROOT
 from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop
 from bench.timing import percentile
@@ -106,7 +112,8 @@ MONITORS: tuple[str, ...] = ("hami",)
 SPAN = 3600.0
 """Seconds of history filled: one hour."""
 STEP = 60.0
-"""Seconds between two filled points, and the range query's step."""
+"""Seconds between two filled points by default (``--step``), and the range query's step always
+(the dashboard's queries take the data's step, as Grafana's minimum interval)."""
 ROUNDS = int(SPAN // STEP) + 1
 QUERY = "sum by (node) (hami_vgpu_memory_used_bytes)"
 REPEATS = 30
@@ -118,6 +125,8 @@ MIN_REPEATS = 2
 RENDERERS = 2
 """Helper processes rendering the simulated bodies ahead of the fill."""
 TRACE_NODES = 40
+TRACE_ROUNDS = 241
+"""Rounds of those nodes fed to the traced history: an hour at 15 s."""
 """Nodes whose batches are replayed into a fresh History under tracemalloc."""
 HISTORY_RETENTION = 2 * SPAN
 HISTORY_MAX_POINTS = 50_000_000
@@ -125,7 +134,7 @@ STALE_AFTER = 86_400.0
 REMOTE_WRITE_BYTES = 8 << 20
 """Encoded WriteRequest size at which it is sent."""
 STARTUP_TIMEOUT = 60.0
-CLIENT_TIMEOUT = 600.0
+CLIENT_TIMEOUT = 1800.0
 HTTP_TIMEOUT = 120.0
 
 GOAL_INSTANT_P99_MS = 100.0
@@ -133,6 +142,7 @@ GOAL_RANGE_P99_MS = 1000.0
 GOAL_REST_P99_MS = 50.0
 GOAL_BYTES_PER_POINT = 16.0
 
+DASHBOARD = ROOT / "dashboards" / "hami-usage.json"
 TOOLS = ROOT / ".tools" / "prometheus" / "usr" / "bin"
 PREFIX = "/prometheus/api/v1"
 HELPER = (sys.executable, "-m", "bench.query")
@@ -143,7 +153,7 @@ HELPER = (sys.executable, "-m", "bench.query")
 # --------------------------------------------------------------------------
 
 
-def render(nodes: int, first: int, last: int, start: float, rounds: int) -> None:
+def render(nodes: int, first: int, last: int, start: float, rounds: int, step: float) -> None:
     """Render nodes ``first..last-1`` of the cluster for ``rounds`` times to stdout, framed.
 
     Each round: ``<I`` count, ``count`` x ``<I`` body lengths, then the bodies.
@@ -152,7 +162,7 @@ def render(nodes: int, first: int, last: int, start: float, rounds: int) -> None
     out = sys.stdout.buffer
     try:
         for k in range(rounds):
-            t = start + k * STEP
+            t = start + k * step
             bodies = []
             for node in cluster:
                 node.step(t)
@@ -216,15 +226,26 @@ class Fill:
         }
 
 
-def fill(store: Store, nodes: int, start: float) -> Fill:
-    """Put :data:`ROUNDS` rounds of every node into ``store``, sampled at ``start + k * STEP``."""
+def fill(
+    store: Store,
+    nodes: int,
+    start: float,
+    step: float = STEP,
+    rounds: int = ROUNDS,
+    traced: int = TRACE_NODES,
+) -> Fill:
+    """Put ``rounds`` rounds of every node into ``store``, sampled at ``start + k * step``.
+
+    The batches of the first ``traced`` nodes in the first :data:`TRACE_ROUNDS`
+    rounds are kept for the traced history.
+    """
     names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=MONITORS, start_time=start)]
     sources = [Source(f"uid-{n}", f"monitors/{n}:9394", n, SourceKind.HAMI, 1) for n in names]
     normalisers = [Normaliser(n) for n in names]
     cuts = [nodes * i // RENDERERS for i in range(RENDERERS + 1)]
     renderers = [
         subprocess.Popen(
-            [*HELPER, "render", str(nodes), str(a), str(b), repr(start), str(ROUNDS)],
+            [*HELPER, "render", str(nodes), str(a), str(b), repr(start), str(rounds), repr(step)],
             stdout=subprocess.PIPE,
             cwd=ROOT,
         )
@@ -236,8 +257,8 @@ def fill(store: Store, nodes: int, start: float) -> Fill:
     began = time.perf_counter()
     put = store.put
     try:
-        for k in range(ROUNDS):
-            t = start + k * STEP
+        for k in range(rounds):
+            t = start + k * step
             t0 = time.perf_counter()
             bodies: list[bytes] = []
             for r in renderers:
@@ -254,7 +275,8 @@ def fill(store: Store, nodes: int, start: float) -> Fill:
             out.normalise_s += t2 - t1
             out.put_s += t3 - t2
             out.samples += sum(b.samples for b in batches)
-            out.traced.append([b.series for b in batches[:TRACE_NODES]])
+            if k < TRACE_ROUNDS and traced:
+                out.traced.append([b.series for b in batches[:traced]])
             if k == 0:
                 out.first_round_s = t3 - t1
             out.rounds += 1
@@ -271,7 +293,9 @@ def fill(store: Store, nodes: int, start: float) -> Fill:
 # --------------------------------------------------------------------------
 
 
-def traced_bytes_per_point(traced: list[list[dict[bytes, float]]], start: float) -> dict[str, Any]:
+def traced_bytes_per_point(
+    traced: list[list[dict[bytes, float]]], start: float, step: float
+) -> dict[str, Any]:
     """Feed a fresh History the kept batches under tracemalloc: its bytes per kept point."""
     names = [f"trace-{i}" for i in range(len(traced[0]) if traced else 0)]
     history = History(retention=SPAN, max_points=HISTORY_MAX_POINTS)
@@ -280,7 +304,7 @@ def traced_bytes_per_point(traced: list[list[dict[bytes, float]]], start: float)
     try:
         before = tracemalloc.get_traced_memory()[0]
         for k, batches in enumerate(traced):
-            t = start + k * STEP
+            t = start + k * step
             for name, series in zip(names, batches, strict=True):
                 history.record(name, series, t)
         gc.collect()
@@ -669,7 +693,8 @@ def agreement(want: Answer, got: Answer) -> dict[str, Any]:
 
 
 def client(spec: dict[str, Any]) -> dict[str, Any]:
-    """Time ``spec["targets"]`` (``[name, base, path]``), interleaved, one connection each.
+    """Time ``spec["targets"]`` (``[name, base, path]``, and a cap on repeats if a fourth),
+    interleaved, one connection each.
 
     Each target is asked once first (reported apart), then in rounds while
     ``spec["budget"]`` (:class:`Budget` fields) allows. The last body of each
@@ -677,15 +702,23 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
     """
     budget = Budget(**spec["budget"])
     conns: dict[str, http.client.HTTPConnection] = {}
-    times: dict[str, list[float]] = {name: [] for name, _, _ in spec["targets"]}
+    times: dict[str, list[float]] = {name: [] for name, *_ in spec["targets"]}
     first: dict[str, float] = {}
     last: dict[str, tuple[int, bytes]] = {}
+    given_up: set[str] = set()
     try:
         for r in itertools.count():
             due = [
                 (name, base, path)
-                for name, base, path in spec["targets"]
-                if r == 0 or budget.more(len(times[name]), sum(times[name]))
+                for name, base, path, *cap in spec["targets"]
+                if name not in given_up
+                and (
+                    r == 0
+                    or (
+                        budget.more(len(times[name]), sum(times[name]))
+                        and len(times[name]) < min(cap, default=budget.repeats)
+                    )
+                )
             ]
             if not due:
                 break
@@ -698,15 +731,16 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
                     )
                     conns[name] = conn
                 t0 = time.perf_counter()
-                conn.request("GET", path, headers={"Accept-Encoding": "identity"})
-                resp = conn.getresponse()
-                body = resp.read()
+                status, body = _get(conn, path)
                 elapsed = time.perf_counter() - t0
                 if r == 0:
                     first[name] = elapsed
                 else:
                     times[name].append(elapsed)
-                last[name] = (resp.status, body)
+                last[name] = (status, body)
+                if not status:  # timed out: counted once at its full time, then not asked again
+                    conns.pop(name).close()
+                    given_up.add(name)
     finally:
         for conn in conns.values():
             conn.close()
@@ -716,6 +750,16 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
         Path(spec["out"], f"{name}.json").write_bytes(body)
         out[name] = {**summary(seconds, first[name]), "status": status, "bytes": len(body)}
     return out
+
+
+def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
+    """Status and body of ``GET path``; status 0 when it took longer than :data:`HTTP_TIMEOUT`."""
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "identity"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except TimeoutError:
+        return 0, b'{"status":"error","errorType":"timeout","error":"no answer in time"}'
 
 
 def _rest_routes(app: web.Application) -> str:
@@ -768,17 +812,10 @@ async def serve_and_time(
 # --------------------------------------------------------------------------
 
 
-def _query_path(prefix: str, kind: str, now: float) -> str:
+def _query_path(prefix: str, kind: str, now: float, step: float) -> str:
     if kind == "instant":
-        params = {"query": QUERY, "time": f"{now:.3f}"}
-        return f"{prefix}/query?{urllib.parse.urlencode(params)}"
-    params = {
-        "query": QUERY,
-        "start": f"{now - SPAN:.3f}",
-        "end": f"{now:.3f}",
-        "step": f"{STEP:g}",
-    }
-    return f"{prefix}/query_range?{urllib.parse.urlencode(params)}"
+        return dashboard.instant_path(prefix, QUERY, now)
+    return dashboard.range_path(prefix, QUERY, now - SPAN, now, step)
 
 
 def _ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
@@ -788,12 +825,13 @@ def _ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
+def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) -> dict[str, Any]:
     """Fill the app's store with an hour of the cluster, then time every query surface and the peer.
 
     ``budget`` bounds the timed runs of each surface (default :class:`Budget`).
     """
     budget = budget or Budget()
+    rounds = int(SPAN // step) + 1
     load_before = os.getloadavg()
     began = time.perf_counter()
     now = float(math.floor(time.time()))
@@ -820,10 +858,10 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
         phases[name] = round(time.perf_counter() - mark, 1)
         mark = time.perf_counter()
 
-    filled = fill(store, nodes, start)
+    filled = fill(store, nodes, start, step, rounds)
     phase("fill")
     series = sum(len(v.series) for n in store.nodes() if (v := store.view(n)) is not None)
-    traced = traced_bytes_per_point(filled.traced, start)
+    traced = traced_bytes_per_point(filled.traced, start, step)
     filled.traced = []
     gc.collect()
     walk = walked_bytes(history)
@@ -851,16 +889,27 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
             ranged, answer = timed(lambda: range_query(QUERY, start, now, STEP, history), budget)
             ours_range = from_ours(answer, 0.0)
             del answer
+            others = {
+                name: timed(lambda q=q: instant_query(q, now, history), budget)[0]  # type: ignore[misc]
+                for name, q in dashboard.INSTANT_GOALS.items()
+            }
             written["prometheus_cpu_s_while_idle"] = cpu_seconds(prometheus.process.pid) - peer_cpu
             phase("in_process")
 
             ours_base = f"http://127.0.0.1:{port}"
             targets = [
-                ["ours_instant", ours_base, _query_path(PREFIX, "instant", now)],
-                ["prometheus_instant", prometheus.base, _query_path("/api/v1", "instant", now)],
-                ["ours_range", ours_base, _query_path(PREFIX, "range", now)],
-                ["prometheus_range", prometheus.base, _query_path("/api/v1", "range", now)],
+                ["ours_instant", ours_base, _query_path(PREFIX, "instant", now, STEP)],
+                [
+                    "prometheus_instant",
+                    prometheus.base,
+                    _query_path("/api/v1", "instant", now, STEP),
+                ],
+                ["ours_range", ours_base, _query_path(PREFIX, "range", now, STEP)],
+                ["prometheus_range", prometheus.base, _query_path("/api/v1", "range", now, STEP)],
             ]
+            peers = {"ours": (ours_base, PREFIX), "prometheus": (prometheus.base, "/api/v1")}
+            targets += dashboard.instant_targets(peers, now)
+            targets += dashboard.panel_targets(peers, DASHBOARD, now - SPAN, now, step)
             if not rest_how.startswith("not present"):
                 targets.append(["rest_nodes", ours_base, "/api/v1/nodes"])
             spec: dict[str, Any] = {"targets": targets, "budget": asdict(budget), "out": folder}
@@ -868,7 +917,7 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
             http_times, _ = asyncio.run(serve_and_time(app, spec, sock))
             phase("http")
             bodies = {
-                name: Path(folder, f"{name}.json").read_bytes() for name, _, _ in spec["targets"]
+                name: Path(folder, f"{name}.json").read_bytes() for name, *_ in spec["targets"]
             }
             written["prometheus_rss_mib_after_queries"] = memory_mib(prometheus.process.pid).get(
                 "VmRSS", 0.0
@@ -896,8 +945,8 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
     return {
         "nodes": nodes,
         "series": series,
-        "rounds": ROUNDS,
-        "step_s": STEP,
+        "rounds": rounds,
+        "step_s": step,
         "query": QUERY,
         "budget": asdict(budget),
         "load_average_before": load_before,
@@ -915,6 +964,9 @@ def run(budget: Budget | None = None, nodes: int = NODES) -> dict[str, Any]:
         "in_process_cold_instant_ms": cold_instant_ms,
         "in_process_instant": instant,
         "in_process_range": ranged,
+        "in_process_instant_goals": {"sum_by_node": instant, **others},
+        "http_instant_goals": dashboard.instant_rows(http_times),
+        "dashboard": dashboard.drawn(http_times),
         "http_instant": http_i,
         "http_range": http_r,
         "rest_nodes": rest,
@@ -971,6 +1023,18 @@ def _lines(result: dict[str, Any]) -> Iterator[str]:
     for name in ("instant", "range"):
         r = result["peer_prometheus"][name]
         yield f"prometheus {name}: p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
+    for name, row in result["http_instant_goals"].items():
+        yield (
+            f"http {name}: p99 {row['ours']['p99_ms']:.1f} ms, prometheus "
+            f"{row['prometheus']['p99_ms']:.1f} ms ({row['ratio_p99']:.2f}x); in process p99 "
+            f"{result['in_process_instant_goals'][name]['p99_ms']:.1f} ms"
+        )
+    dash = result["dashboard"]
+    yield (
+        f"dashboard ({dash['ours']['requests']} requests): ours {dash['ours']['p50_ms']:.0f} ms, "
+        f"prometheus {dash['prometheus']['p50_ms']:.0f} ms per draw (median of "
+        f"{dash['ours']['rounds']}), {dash['ratio_p50']:.2f}x"
+    )
     rest = result["rest_nodes"]
     yield (
         f"rest /api/v1/nodes: p50 {rest['p50_ms']:.1f} ms, p99 {rest['p99_ms']:.1f} ms "
@@ -987,14 +1051,16 @@ def main(argv: list[str]) -> None:
     """``render ...`` and ``client`` are this bench's helper processes; else run it."""
     if argv[:1] == ["render"]:
         nodes, first, last = map(int, argv[1:4])
-        render(nodes, first, last, float(argv[4]), int(argv[5]))
+        render(nodes, first, last, float(argv[4]), int(argv[5]), float(argv[6]))
         return
     if argv[:1] == ["client"]:
         print(json.dumps(client(json.load(sys.stdin))))
         return
-    options = {m[0]: int(m[1]) for m in re.findall(r"--(nodes|repeats)[= ](\d+)", " ".join(argv))}
+    options = {
+        m[0]: int(m[1]) for m in re.findall(r"--(nodes|repeats|step)[= ](\d+)", " ".join(argv))
+    }
     budget = QUICK if "--quick" in argv else Budget(options.get("repeats", REPEATS))
-    result = run(budget, options.get("nodes", NODES))
+    result = run(budget, options.get("nodes", NODES), float(options.get("step", STEP)))
     print("\n".join(_lines(result)))
     if "--json" in argv:
         print(json.dumps(result, indent=2))

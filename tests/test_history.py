@@ -199,6 +199,14 @@ def test_the_blocks_hold_what_a_list_of_points_would(
         history.record("n1", series, sampled=t)
     assert same(points(history), reference(timeline))
     assert history.points == sum(map(len, reference(timeline).values()))
+    # A window and a matcher read only part of each block: the same points, cut.
+    lo, hi, pod = float(cut), float(cut + 60), Matcher.of("pod", "=~", "p[02]")
+    windowed = {
+        name: kept
+        for name, listed in reference(timeline).items()
+        if name.split("/")[1] in ("p0", "p2") and (kept := [p for p in listed if lo <= p[0] <= hi])
+    }
+    assert same(points(history, pod, start=lo, end=hi), windowed)
     floor = float(cut)
     history.trim(now=floor + 1e9)
     assert same(points(history), reference(timeline, floor))
@@ -298,3 +306,23 @@ def test_regexes_are_decided_once_per_label_value(monkeypatch: pytest.MonkeyPatc
     assert history.label_values("pod", [Matcher.of("ns", "=", "team-0")], 0, 2) == {
         f"p{i}" for i in range(0, 60, 3)
     }
+
+
+def test_a_window_of_packed_runs_reads_each_series_own_values() -> None:
+    """Runs of one repeated value are kept once; a window into them reads the right one."""
+    history = History(retention=1e9)
+    timeline: Batches = []
+    for t in range(1, 100):  # p0..p3 constant, p4 changing, p5 from t=40 on: segments merge
+        series = {KEYS[i]: float(i) for i in range(4)}
+        series[KEYS[4]] = float(t)
+        if t >= 40:
+            series[KEYS[5]] = 5.0
+        timeline.append((float(t), series))
+        history.record("n1", series, sampled=float(t))
+    pods = Matcher.of("pod", "=~", "p[135]")
+    want = {
+        name: [p for p in listed if 30 <= p[0] <= 70]
+        for name, listed in reference(timeline).items()
+        if name.split("/")[1] in ("p1", "p3", "p5")
+    }
+    assert same(points(history, pods, start=30, end=70), want)

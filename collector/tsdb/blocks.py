@@ -142,6 +142,15 @@ class OpenBlock:
         """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
         return _cells(self.values[:, : self.rows], self.ids[: self.rows], want, lo, hi)
 
+    def window(self, want: Mask | None, lo: int, hi: int) -> tuple[Ids, F64]:
+        """The series ``want`` marks (all if None) over times ``[lo, hi)``: their ids and a
+        series x times matrix."""
+        ids = self.ids[: self.rows]
+        if want is None:
+            return ids, self.values[lo:hi, : self.rows].T
+        picked = np.flatnonzero(want[ids])
+        return ids[picked], self.values[lo:hi, picked].T
+
     def close(self) -> Segment | None:
         """Pack the block into a segment (None if it holds nothing)."""
         order = np.argsort(self.ids[: self.rows])
@@ -154,8 +163,10 @@ class Segment:
     """A closed stretch of an axis: each series' run of cells, packed.
 
     Series ``ids[r]`` (ascending) has its run from time ``first[r]`` for
-    ``width[r]`` times; ``values`` holds the runs' first ``stored[r]`` cells in
-    time-major order: all of them, or the first alone for one repeated value.
+    ``width[r]`` times; ``values`` holds the runs' first ``stored[r]`` cells
+    series by series (all of them, or the first alone for one repeated value),
+    so the runs of the few series a query selects are read without unpacking
+    the rest.
     """
 
     times: F64
@@ -178,13 +189,25 @@ class Segment:
 
     def dense(self) -> F64:
         """The segment as a times x series matrix again, :data:`ABSENT` outside the runs."""
-        at = _offsets(len(self.times), self.first)
-        run, kept = at < self.width, at < self.stored
-        dense = np.full(at.shape, ABSENT)
-        dense[kept] = self.values
-        lead = dense[self.first, np.arange(len(self.ids))]
-        spread: F64 = np.where(run & ~kept, lead, dense)
-        return spread
+        return self.rows(np.arange(len(self.ids)), 0, len(self.times)).T
+
+    def window(self, want: Mask | None, lo: int, hi: int) -> tuple[NDArray[Any], F64]:
+        """The series ``want`` marks (all if None) over times ``[lo, hi)``: their ids and a
+        series x times matrix, :data:`ABSENT` outside their runs."""
+        picked = np.arange(len(self.ids)) if want is None else np.flatnonzero(want[self.ids])
+        return self.ids[picked], self.rows(picked, lo, hi)
+
+    def rows(self, picked: NDArray[Any], lo: int, hi: int) -> F64:
+        """Series at indexes ``picked`` over times ``[lo, hi)``, series x times."""
+        starts = np.cumsum(self.stored, dtype=np.int64) - self.stored
+        first = self.first[picked].astype(np.int64)
+        at = np.arange(lo, hi, dtype=np.int64)[None, :] - first[:, None]
+        run = (at >= 0) & (at < self.width[picked, None])
+        step = np.where(self.stored[picked] > 1, 1, 0)
+        index = starts[picked, None] + np.maximum(at, 0) * step[:, None]
+        taken = self.values.take(np.minimum(index, max(len(self.values) - 1, 0)))
+        window: F64 = np.where(run, taken, ABSENT)
+        return window
 
 
 def _offsets(times: int, first: NDArray[Any]) -> NDArray[np.uint64]:
@@ -216,7 +239,7 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
         first.astype(np.uint8),
         width.astype(np.uint8),
         stored.astype(np.uint8),
-        matrix[_offsets(len(times), first) < stored],
+        matrix.T[(_offsets(len(times), first) < stored).T],
         int(present.sum()),
     )
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
-from collector.tsdb.labels import Verdicts
+from collector.tsdb.labels import Mask, Verdicts
 from collector.tsdb.nodes import Axis, Found, NodeSeries
-from collector.tsdb.series import ABSENT, Columns, Matcher
+from collector.tsdb.series import Columns, Matcher
 
 
 class History:
@@ -129,12 +129,12 @@ class History:
         series with :data:`ABSENT` where it has no point, so the evaluator
         handles a node's series in whole-array steps.
         """
-        for state, (sids, times, values) in self._matching(matchers, start, end):
-            axis, cols = np.unique(times, return_inverse=True)
-            ids, rows = np.unique(sids, return_inverse=True)
-            grid = np.full((len(ids), len(axis)), ABSENT)
-            grid[rows, cols] = values
-            yield Columns(axis, [state.label_set(sid) for sid in ids.tolist()], grid)
+        start = max(start, float(np.nextafter(self._floor, math.inf)))
+        for state, want in self._wanted(matchers):
+            grid = state.grid(want, start, end)
+            if grid is not None:
+                ids, times, values = grid
+                yield Columns(times, state.label_sets(ids), values)
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""
@@ -161,18 +161,22 @@ class History:
     def _matching(
         self, matchers: Sequence[Matcher], start: float, end: float
     ) -> Iterator[tuple[NodeSeries, Found]]:
-        """Each node with matching series, and their points in the window.
+        """Each node with matching series, and their points in the window."""
+        start = max(start, float(np.nextafter(self._floor, math.inf)))
+        for state, want in self._wanted(matchers):
+            found = state.found(want, start, end)
+            if found is not None:
+                yield state, found
+
+    def _wanted(self, matchers: Sequence[Matcher]) -> Iterator[tuple[NodeSeries, Mask | None]]:
+        """Each node with series that pass ``matchers``, and which (None: all).
 
         Equality matchers go first: a ``__name__`` or value the node never had
         rules it out before any array is read.
         """
         ordered = sorted(matchers, key=lambda m: (m.op != "=", m.name != "__name__"))
         verdicts: Verdicts = {}
-        start = max(start, float(np.nextafter(self._floor, math.inf)))
         for state in list(self._nodes.values()):
             want = state.want(ordered, verdicts)
-            if want is False:
-                continue
-            found = state.found(None if want is True else want, start, end)
-            if found is not None:
-                yield state, found
+            if want is not False:
+                yield state, None if want is True else want

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,10 @@ Rows = NDArray[np.intp] | slice
 """Rows of the open block: a slice while a batch's series are its first rows, in order."""
 
 Found = tuple[Ids, NDArray[np.float64], NDArray[np.float64]]
+Grid = tuple[NDArray[np.integer[Any]], NDArray[np.float64], NDArray[np.float64]]
+"""Series ids (ascending), times (ascending), and their values, series x times."""
+Part = Segment | OpenBlock
+F64 = NDArray[np.float64]
 
 
 def _among(held: NDArray[np.int32], wanted: NDArray[np.int32]) -> NDArray[np.intp]:
@@ -222,27 +226,61 @@ class Axis:
         lo = int(np.searchsorted(block.times[: block.n], floor, "right"))
         return total + int((~absent(block.values[lo : block.n, : block.rows])).sum())
 
-    def cells(self, want: Mask | None, start: float, end: float) -> list[Cells]:
-        """Points of the series ``want`` marks in ``[start, end]``, block by block, oldest first.
-
-        Each block's cells come series by series, each series' oldest first.
-        """
-        parts: list[Segment | OpenBlock] = [self.block] if self.block.n else []
+    def _parts(self, start: float, end: float) -> Iterator[tuple[Part, F64, int, int]]:
+        """The blocks with times in ``[start, end]``, oldest first: each with its times and the
+        index bounds ``[lo, hi)`` of the window in them."""
+        parts: list[Part] = [self.block] if self.block.n else []
         for segment in reversed(self.segments):
             if segment.times[-1] < start:
                 break
             parts.append(segment)
-        found = []
         for part in reversed(parts):
             at = part.times[: part.n] if isinstance(part, OpenBlock) else part.times
             if at[-1] < start or at[0] > end:
                 continue
             lo = 0 if at[0] >= start else int(np.searchsorted(at, start))
             hi = len(at) if at[-1] <= end else int(np.searchsorted(at, end, "right"))
+            yield part, at, lo, hi
+
+    def cells(self, want: Mask | None, start: float, end: float) -> list[Cells]:
+        """Points of the series ``want`` marks in ``[start, end]``, block by block, oldest first.
+
+        Each block's cells come series by series, each series' oldest first.
+        """
+        found = []
+        for part, at, lo, hi in self._parts(start, end):
             cells = part.cells(want, lo, hi)
             if len(cells):
                 found.append(Cells(cells.sids, cells.cols, cells.values, at[cells.cols]))
         return found
+
+    def grid(self, want: Mask | None, start: float, end: float) -> Grid | None:
+        """The series ``want`` marks in ``[start, end]`` as one matrix: ids, times, series x times.
+
+        Each block's window is copied into place whole, without listing its
+        cells: this is what a query reads. Rows without a point are left out.
+        """
+        windows = [
+            (at[lo:hi], *part.window(want, lo, hi)) for part, at, lo, hi in self._parts(start, end)
+        ]
+        if not windows:
+            return None
+        if len(windows) == 1:
+            times, sids, matrix = windows[0]
+            order = np.argsort(sids)
+            sids, matrix = sids[order], matrix[order]
+        else:
+            sids = np.unique(np.concatenate([w[1] for w in windows]))
+            times = np.concatenate([w[0] for w in windows])
+            matrix = np.full((len(sids), len(times)), ABSENT)
+            at = 0
+            for part_times, ids, values in windows:
+                matrix[np.searchsorted(sids, ids), at : at + len(part_times)] = values
+                at += len(part_times)
+        held = ~absent(matrix).all(axis=1)
+        if not held.all():
+            sids, matrix = sids[held], matrix[held]
+        return (sids, times, matrix) if len(sids) else None
 
     @property
     def nbytes(self) -> int:
@@ -312,6 +350,11 @@ class NodeSeries:
             labels = self.labels[sid] = LabelSet({"__name__": name, **dict(pairs), **node})
         return labels
 
+    def label_sets(self, sids: NDArray[np.integer[Any]]) -> list[LabelSet]:
+        """The labels of series ``sids``, ``node`` included."""
+        labels = self.labels
+        return [labels.get(sid) or self.label_set(sid) for sid in sids.tolist()]
+
     def want(self, matchers: Sequence[Matcher], verdicts: Verdicts) -> Mask | bool:
         """Which series pass every matcher: a mask, or one answer for all."""
         want: Mask | None = None
@@ -328,6 +371,25 @@ class NodeSeries:
         if want is None:
             return True
         return want if want.any() else False
+
+    def grid(self, want: Mask | None, start: float, end: float) -> Grid | None:
+        """The series ``want`` marks with points in ``[start, end]``: ids, times, values grid.
+
+        A node of one axis copies its blocks' windows in place; with several
+        axes, a time two of them share is kept once (the first axis').
+        """
+        if len(self.axes) == 1:
+            (axis,) = self.axes.values()
+            return axis.grid(want, start, end)
+        found = self.found(want, start, end)
+        if found is None:
+            return None
+        sids, times, values = found
+        axis_times, cols = np.unique(times, return_inverse=True)
+        ids, rows = np.unique(sids, return_inverse=True)
+        grid = np.full((len(ids), len(axis_times)), ABSENT)
+        grid[rows, cols] = values
+        return ids, axis_times, grid
 
     def found(self, want: Mask | None, start: float, end: float) -> Found | None:
         """Points of the series ``want`` marks in ``[start, end]``, all axes.
