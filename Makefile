@@ -13,7 +13,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= hami-usage-collector:$(VERSION)
 DOCKER ?= docker
 
-.PHONY: run test lint bench clean tools chart-check
+.PHONY: run test lint bench soak clean tools chart-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ lint: $(STAMP)
 
 bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
+
+# The collector for SOAK_MINUTES (default 60) of churn and faults, judged against the
+# simulator's oracle; the report goes to bench/results/soak.md, a failed check exits 1.
+SOAK_MINUTES ?= 60
+soak: $(STAMP)
+	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m bench.soak
 
 tools: $(PROMETHEUS) $(HELM) $(VICTORIA)
 
