@@ -47,7 +47,7 @@ from bench.soak_probes import history_stamps, refused_pushes
 from bench.soak_procs import Child, wait_ready
 from bench.soak_report import write_report
 from bench.soak_world import FAILING_FAULTS, Member, World, soak_nodes
-from tests.oracle import expected_canonical
+from bench.testparts import expected_canonical
 
 
 class Soak:
@@ -96,6 +96,7 @@ class Soak:
         self.samples: list[Sample] = []
         self.mismatched: set[str] = set()
         self.judged: Counter[str] = Counter()
+        self.errors: dict[str, float] = {}
         self.refused: Counter[tuple[str, int]] = Counter()
         self.replays: list[dict[str, Any]] = []
         self.pending: list[tuple[float, str, Callable[[], Awaitable[None]]]] = []
@@ -322,8 +323,14 @@ class Soak:
         )
         self.mismatched = verdict.mismatched
         self.judged.update(verdict.passed)
+        errors = {
+            f"{labels.get('reason')}": value
+            for labels, value in page.own.get(OWN + "scrape_errors_total", [])
+        }
+        new = {k: v - self.errors.get(k, 0) for k, v in errors.items() if v > self.errors.get(k, 0)}
+        self.errors = errors
         for text_ in verdict.problems:
-            self.problem(text_)
+            self.problem(text_ + (f" (scrape errors since the last read: {new})" if new else ""))
         self.reads += 1
         rss, fds = self.collector.resources()
         tasks = page.value(OWN + "asyncio_tasks", math.nan)

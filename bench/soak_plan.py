@@ -15,8 +15,8 @@ class Plan:
     agents: int = 4
     cards: int = 4
     allocations: int = 12
-    interval: float = 2.0
-    timeout: float = 1.5
+    interval: float = 3.0
+    timeout: float = 2.5
     agent_interval: float = 2.0
     history_retention: float = 120.0
     """Short, so the history is full (its memory steady) early in the run."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bench.testparts import FakeKube, make_pod
 from collector.demo.cluster import build_cluster
 from collector.demo.families import MONITORS
 from collector.demo.monitors import MonitorFarm
@@ -30,7 +31,6 @@ from collector.demo.node import SimulatedNode
 from collector.demo.run import collector_flavour
 from collector.schema import Flavour
 from core.content import TEXT_CONTENT_TYPE
-from tests.fakekube import FakeKube, make_pod
 
 MONITOR_NAMESPACE = "gpu-monitoring"
 SELECTOR_LABELS = {
