@@ -24,12 +24,20 @@ def accounted(r: dict[str, Any]) -> tuple[bool, str]:
     accepted = sum(n for k, n in statuses.items() if k.endswith(" 204"))
     refused_seen = sum(n for k, n in statuses.items() if k.split()[-1] in ("429", "413"))
     counted = sum(own["push_refused"].values())
-    lost = sum(statuses.values()) - accepted - refused_seen + push.get("late_unsent", 0)
+    lost = sum(statuses.values()) - accepted - refused_seen
     scrape_errors = sum(own["scrape_errors"].values())
-    ok = lost == 0 and refused_seen <= counted and scrape_errors == 0 and own["sources_down"] == 0
+    unsent = push.get("late_unsent", 0)
+    ok = (
+        lost == 0
+        and unsent == 0
+        and refused_seen <= counted
+        and scrape_errors == 0
+        and own["sources_down"] == 0
+    )
     return ok, (
         f"pushes: {accepted:,} accepted, {refused_seen:,} refused by a limit "
-        f"(collector counted {counted:,.0f}: {own['push_refused'] or 'none'}), {lost:,} lost; "
+        f"(collector counted {counted:,.0f}: {own['push_refused'] or 'none'}), {lost:,} lost, "
+        f"{unsent:,} never sent (the collector fell {30:g}+ s behind); "
         f"scrape errors {scrape_errors:,.0f} ({own['scrape_errors'] or 'none'}), "
         f"sources down {own['sources_down']}, unowned regions {own['push_unowned_regions']:,.0f}"
     )
@@ -103,7 +111,7 @@ def render(r: dict[str, Any]) -> str:
         "kept, every rate scaled), 10 scrapers of `/metrics` (gzip) as in the issue: one 2-core "
         "machine runs the collector, the monitors, the agents and the readers at once, with "
         f"other work. Measured for {r['seconds']:g} s after a warm-up "
-        f"(every node on the page after {r['warm_s']:.0f} s). Latency counts from when a "
+        f"({r['warm_nodes']:,} of {r['agents'] + r['monitors']:,} nodes on the page after {r['warm_s']:.0f} s). Latency counts from when a "
         "request was due (open loop); p99 of fewer than 100 requests is their maximum.",
         "",
         "| surface | p50 / p99 |",
