@@ -14,7 +14,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= hami-usage-collector:$(VERSION)
 DOCKER ?= docker
 
-.PHONY: run test lint bench clean tools chart-check fuzz
+.PHONY: run test lint bench soak clean tools chart-check fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	$(BIN)/pip install -q 'atheris>=2.3' || echo "atheris did not install: hypothesis runs the targets"
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m fuzz
+
+# The collector for SOAK_MINUTES (default 60) of churn and faults, judged against the
+# simulator's oracle; the report goes to bench/results/soak.md, a failed check exits 1.
+SOAK_MINUTES ?= 60
+soak: $(STAMP)
+	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m bench.soak
 
 tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM)
 

@@ -24,7 +24,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent, cluster, ingest, memory, page, push, query, remote, serve, shards, status
+from bench import (
+    agent,
+    cluster,
+    ingest,
+    load,
+    load_report,
+    memory,
+    page,
+    push,
+    query,
+    remote,
+    serve,
+    shards,
+    status,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -69,6 +83,8 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += shards_rows(r["shards"])
     if "remote" in r:
         out += remote_rows(r["remote"])
+    if "load" in r:
+        out += [Row(w, m, g, "-", "-", _mark(ok)) for w, m, g, ok in load_report.summary(r["load"])]
     return out
 
 
@@ -494,7 +510,15 @@ def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "shards": shards.run,
         "remote": remote.run,
         "query": run_query,
+        "load": run_load,
     }
+
+
+def run_load() -> dict[str, Any]:
+    """The cluster-scale load (``bench/results/load.md`` is written too)."""
+    result = load.run()
+    load_report.write_report(result)
+    return result
 
 
 def chosen(argv: list[str], known: Sequence[str]) -> list[str]:
@@ -594,4 +618,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["load"]:  # ``python -m bench load``: that bench alone, its own report
+        load.main(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -38,7 +39,7 @@ def memory_mib(pid: int) -> dict[str, float]:
     return out
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[Any]) -> None:
     """Stop a process this benchmark started: SIGTERM, then SIGKILL after 10 s."""
     if process.poll() is None:
         process.terminate()

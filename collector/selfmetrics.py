@@ -6,6 +6,7 @@ every series when a node's source fails over).
 
 from __future__ import annotations
 
+import asyncio
 import platform
 from collections.abc import Iterator
 
@@ -109,6 +110,7 @@ class SelfMetrics:
         for flavour in Flavour:
             self.targets.labels(flavour).set(0)
         r.register(_StoreCollector(store))
+        r.register(_TaskCollector())
 
     def scraped(self, source: Source, duration: float, batch: Batch, wall: float) -> None:
         """Record a good scrape."""
@@ -295,3 +297,18 @@ class SelfHistory:
         for node, series in by_node.items():
             self._history.record(node, series, now, SELF_SOURCE)
         self._nodes = set(by_node)
+
+
+class _TaskCollector:
+    """The event loop's live asyncio tasks at render time: a leak shows as a count that grows."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # rendered outside the event loop (a test, a tool): nothing to count
+            return
+        yield GaugeMetricFamily(
+            _PREFIX + "asyncio_tasks",
+            "Asyncio tasks alive in the collector's event loop.",
+            value=tasks,
+        )

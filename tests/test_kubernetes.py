@@ -410,6 +410,23 @@ async def test_api_down_keeps_the_last_targets(
     assert all(rec.calls), "never an empty target set"
 
 
+async def test_a_quiet_watch_that_lives_out_its_timeout_is_renewed_without_backoff(
+    fake: FakeKube, v1: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the soak: watches without events backed off, more after each one, so a
+    # cluster whose monitor pods rarely change was watched less and less (up to 30 s blind).
+    a = fake.add_pod(hami_pod("hami-a", "node-a", "10.0.0.1"))
+    ceilings = backoff_ceilings(monkeypatch)
+    rec = Recorder()
+    async with discovering(v1, fake, rec, watch_timeout=1, backoff=(5.0, 30.0)):
+        await rec.settles({key(a): "node-a"}, "initial list")
+        started = fake.watches_started
+        await fake.wait_for_watches(started + 3, timeout=10, total=True)
+        assert ceilings == [], "no wait between watches that each ran their whole timeout"
+        b = fake.add_pod(hami_pod("hami-b", "node-b", "10.0.0.2"))
+        await rec.settles({key(a): "node-a", key(b): "node-b"}, "a change after quiet watches")
+
+
 async def test_not_synced_and_silent_until_the_first_list(fake: FakeKube, v1: Any) -> None:
     a = fake.add_pod(hami_pod("hami-a", "node-a", "10.0.0.1"))
     fake.set_down(True)

@@ -80,10 +80,10 @@ async def drip(
 ) -> web.StreamResponse:
     """Send ``body`` one byte per ``interval_s``, the rest at once after ``max_s`` (``drip``)."""
     response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
-    await response.prepare(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_s
     try:
+        await response.prepare(request)  # the client may have hung up already
         sent = 0
         while sent < len(body) and loop.time() < deadline:
             await response.write(body[sent : sent + 1])
@@ -106,9 +106,9 @@ async def stream_oversized(
     connection dropped.
     """
     response = web.StreamResponse(headers={"Content-Type": TEXT_CONTENT_TYPE})
-    await response.prepare(request)
     try:
         async with asyncio.timeout(limit_s):
+            await response.prepare(request)  # the client may have hung up already
             await response.write(FILLER_HEAD)
             written = len(FILLER_HEAD)
             while written < total_bytes:

@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -125,8 +126,12 @@ class Watcher(Generic[T]):
             try:
                 if version is None:
                     version = await self._list()
+                began = time.monotonic()
                 version, events = await self._watch(version)
-                if events:
+                # A quiet watch that lived out its timeout is healthy: renew it at once.
+                # Backing off after it left no watch open for up to the backoff's cap,
+                # blind to every change of a cluster whose monitors rarely change.
+                if events or time.monotonic() - began >= self._timeouts.watch / 2:
                     self._backoff.reset()
                 else:
                     await self._backoff.wait()  # a watch that ends at once must not spin

@@ -56,22 +56,34 @@ class ScrapeConfig:
 async def fetch(
     session: aiohttp.ClientSession, url: str, time_limit: float, limit: int
 ) -> tuple[bytes, bool]:
-    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics."""
+    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics.
+
+    Gzip is inflated here, not by aiohttp: aiohttp takes a gzip stream that
+    ends early (a monitor or proxy that died mid-body) for a whole one and
+    hands on the prefix, whose last line may even parse, with a cut value.
+    """
     try:
         async with session.get(
             url,
             headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"},
             timeout=aiohttp.ClientTimeout(total=time_limit),
+            auto_decompress=False,
         ) as resp:
             if resp.status != 200:
                 raise ScrapeError("http", f"HTTP {resp.status} {resp.reason}")
             if resp.content_length is not None and resp.content_length > limit:
                 raise ScrapeError("too_large", f"body of {resp.content_length} bytes > {limit}")
+            coding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if coding not in ("gzip", "identity", ""):
+                raise ScrapeError("parse", f"Content-Encoding {coding[:40]!r} was not asked for")
             body = bytearray()
+            gunzip = _Gunzip(limit) if coding == "gzip" else None
             async for chunk in resp.content.iter_chunked(1 << 16):
-                body += chunk
+                body += chunk if gunzip is None else gunzip.feed(chunk)
                 if len(body) > limit:
                     raise ScrapeError("too_large", f"body larger than {limit} bytes")
+            if gunzip is not None:
+                gunzip.finish()
             return bytes(body), OPENMETRICS_CONTENT_TYPE.startswith(resp.content_type + ";")
     except TimeoutError:
         raise ScrapeError("timeout", f"no complete answer within {time_limit:g}s") from None
@@ -117,6 +129,40 @@ class Health:
         self.failing = not good
         self.duration = duration
         self.recent.append(good)
+
+
+class _Gunzip:
+    """Inflate a gzip body (one member or several) up to ``limit`` + 1 bytes; check it ends."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._out = 0
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._ended = False
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes ``data`` inflates to (at most one past the limit: the caller refuses it)."""
+        out = bytearray()
+        while data and self._out <= self._limit:
+            self._ended = False
+            try:
+                part = self._inflate.decompress(data, self._limit + 1 - self._out)
+            except zlib.error as exc:
+                raise ScrapeError("parse", f"broken gzip body: {exc}") from None
+            out += part
+            self._out += len(part)
+            if self._inflate.eof:  # concatenated members are one gzip stream
+                data = self._inflate.unused_data
+                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._ended = True
+            else:
+                data = self._inflate.unconsumed_tail
+        return bytes(out)
+
+    def finish(self) -> None:
+        """Fail if the body stopped inside a member: it was cut short."""
+        if not self._ended:
+            raise ScrapeError("parse", "gzip body ends before its end (truncated)")
 
 
 class ScrapeLoop:
