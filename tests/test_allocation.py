@@ -453,10 +453,12 @@ async def test_dra_allocations_come_through_the_claim_and_slice_watches(
     ):
 
         async def allocated() -> bool:
+            # A claim may be seen before the slice that names its card: until
+            # then its device_uuid is empty, so wait for both.
             got = _named(await _metrics(http, base), "hami_vgpu_memory_allocated_bytes")
             return len(got) == sum(
                 len(c["status"]["allocation"]["devices"]["results"]) for c in objects.claims
-            )
+            ) and all(dict(labels)["device_uuid"] for labels in got)
 
         await eventually(allocated, 15, "every claimed device allocated")
         page = await _metrics(http, base)
