@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -22,6 +21,7 @@ from collector.normalise import Group, Normaliser, Readings
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
+from collector.sources.inflate import WBITS, Inflate, InflateError
 from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
 from core.payload import Card, Device, Payload, Region
@@ -247,37 +247,28 @@ class _Refused(Exception):
         self.status, self.reason, self.message, self.details = status, reason, message, details
 
 
-_WBITS = {"identity": 0, "": 0, "gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
-_WBITS["deflate"] = zlib.MAX_WBITS
-
-
 async def _read(request: web.Request, limit: int) -> bytes:
     """Read the body and undo its gzip or deflate encoding, at most ``limit`` bytes decoded.
 
-    Decoded here, not by aiohttp: a bomb stops at ``limit + 1`` bytes whatever
-    its compressed size, and a broken stream is a 400 naming the push, not a
-    framing error of the server.
+    A bomb stops at ``limit + 1`` bytes whatever its compressed size, and a
+    broken stream is a 400 naming the push, not a framing error of the server.
     """
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    wbits = _WBITS.get(encoding)
-    if wbits is None:
+    if encoding not in WBITS and encoding not in ("identity", ""):
         raise _Refused(415, "unsupported_encoding", f"content encoding {encoding!r}: use gzip")
-    inflate = zlib.decompressobj(wbits) if wbits else None
+    inflate = Inflate(encoding, limit) if encoding in WBITS else None
     body = bytearray()
     try:
         async for chunk in request.content.iter_chunked(1 << 16):
-            if inflate is None:
-                body += chunk
-            else:
-                body += inflate.decompress(chunk, limit + 1 - len(body))
+            body += chunk if inflate is None else inflate.feed(chunk)
             if len(body) > limit:
                 raise _Refused(
                     413, "too_large", f"body larger than {limit} bytes once decompressed"
                 )
+        if inflate is not None:
+            inflate.finish()
     except web.RequestPayloadError as exc:
         raise _Refused(400, "invalid", f"unreadable body: {exc}") from None
-    except zlib.error as exc:
+    except InflateError as exc:
         raise _Refused(400, "invalid", f"body is not valid {encoding}: {exc}") from None
-    if inflate is not None and not inflate.eof:
-        raise _Refused(400, "invalid", f"body is truncated {encoding}")
     return bytes(body)

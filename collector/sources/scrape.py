@@ -24,6 +24,7 @@ from collector.batch import Batch, Source
 from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
+from collector.sources.inflate import Inflate, InflateError
 from collector.sources.targets import Target
 from collector.store import Store
 from core.content import OPENMETRICS_CONTENT_TYPE
@@ -77,7 +78,7 @@ async def fetch(
             if coding not in ("gzip", "identity", ""):
                 raise ScrapeError("parse", f"Content-Encoding {coding[:40]!r} was not asked for")
             body = bytearray()
-            gunzip = _Gunzip(limit) if coding == "gzip" else None
+            gunzip = Inflate(coding, limit) if coding == "gzip" else None
             async for chunk in resp.content.iter_chunked(1 << 16):
                 body += chunk if gunzip is None else gunzip.feed(chunk)
                 if len(body) > limit:
@@ -85,6 +86,8 @@ async def fetch(
             if gunzip is not None:
                 gunzip.finish()
             return bytes(body), OPENMETRICS_CONTENT_TYPE.startswith(resp.content_type + ";")
+    except InflateError as exc:
+        raise ScrapeError("parse", f"broken gzip body: {exc}") from None
     except TimeoutError:
         raise ScrapeError("timeout", f"no complete answer within {time_limit:g}s") from None
     except aiohttp.ClientError as exc:
@@ -129,40 +132,6 @@ class Health:
         self.failing = not good
         self.duration = duration
         self.recent.append(good)
-
-
-class _Gunzip:
-    """Inflate a gzip body (one member or several) up to ``limit`` + 1 bytes; check it ends."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._out = 0
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._ended = False
-
-    def feed(self, data: bytes) -> bytes:
-        """The bytes ``data`` inflates to (at most one past the limit: the caller refuses it)."""
-        out = bytearray()
-        while data and self._out <= self._limit:
-            self._ended = False
-            try:
-                part = self._inflate.decompress(data, self._limit + 1 - self._out)
-            except zlib.error as exc:
-                raise ScrapeError("parse", f"broken gzip body: {exc}") from None
-            out += part
-            self._out += len(part)
-            if self._inflate.eof:  # concatenated members are one gzip stream
-                data = self._inflate.unused_data
-                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                self._ended = True
-            else:
-                data = self._inflate.unconsumed_tail
-        return bytes(out)
-
-    def finish(self) -> None:
-        """Fail if the body stopped inside a member: it was cut short."""
-        if not self._ended:
-            raise ScrapeError("parse", "gzip body ends before its end (truncated)")
 
 
 class ScrapeLoop:
