@@ -74,16 +74,17 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None
 
 
 class Recorder:
-    """A receiver that keeps every body (decompressed) and answers ``statuses`` in turn, then 204."""
+    """A receiver that keeps every body (decompressed) and answers ``statuses`` in turn, then ``then``."""
 
-    def __init__(self, *statuses: int) -> None:
+    def __init__(self, *statuses: int, then: int = 204) -> None:
         self.statuses = list(statuses)
+        self.then = then
         self.bodies: list[bytes] = []
         self.answered: list[int] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         body = bytes(cramjam.snappy.decompress_raw(await request.read()))
-        status = self.statuses.pop(0) if self.statuses else 204
+        status = self.statuses.pop(0) if self.statuses else self.then
         self.answered.append(status)
         if status < 300:
             self.bodies.append(body)

@@ -24,7 +24,9 @@ target is stale. The expressions are otherwise the file's own.
 - The collector's health (:func:`test_collector_health_alerts`): a monitor that
   answered and then fails (down, then stale), one that only ever sends a broken
   line (down, parse errors, never stale), pushes with a wrong token (refused),
-  an agent that stops pushing (silent).
+  an agent that stops pushing (silent), a remote-write destination that refuses
+  every request (dropping, labelled with its URL less the credentials in it)
+  next to one that accepts everything (not dropping).
 
 Pushes run through the collector's push API as an agent's would; Prometheus'
 own semantics of every rule are proven by the promtool unit tests
@@ -49,6 +51,7 @@ import yaml
 from aiohttp import web
 from helpers import eventually, real_vmalert, scraping_collector, serving
 from oracle import expected_canonical
+from receivers import Recorder
 
 from collector.demo.agents import SimulatedDirectory, directory_of
 from collector.demo.cluster import build_cluster
@@ -189,8 +192,13 @@ async def running(
     now: float,
     faults: Mapping[str, str] | None = None,
     pods: PodDirectory | None = None,
+    remote_write: list[str] | None = None,
 ) -> AsyncIterator[Cluster]:
-    """The monitors frozen at ``now`` (``faults`` from their first answer), the collector on them."""
+    """The monitors frozen at ``now`` (``faults`` from their first answer), the collector on them.
+
+    ``remote_write``: the collector's remote-write destinations, if any.
+    """
+    extra: dict[str, object] = {"remote_write_url": remote_write} if remote_write else {}
     (tmp_path / "token").write_text(TOKEN)
     async with MonitorFarm(nodes, clock=lambda: now) as farm:
         for node, fault in (faults or {}).items():
@@ -205,6 +213,7 @@ async def running(
                 push_auth="token",
                 push_token_file=tmp_path / "token",
                 pods=pods,
+                **extra,
             ) as (url, _),
             aiohttp.ClientSession() as http,
         ):
@@ -222,6 +231,15 @@ async def notifier() -> AsyncIterator[str]:
     app.router.add_post("/api/v2/alerts", accept)
     async with serving(app) as url:
         yield url
+
+
+@asynccontextmanager
+async def receiving(recorder: Recorder) -> AsyncIterator[str]:
+    """A remote-write receiver on loopback answering as ``recorder`` does; its write URL."""
+    app = web.Application()
+    app.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(app) as url:
+        yield f"{url}/api/v1/write"
 
 
 async def alerts(http: aiohttp.ClientSession, vmalert: str) -> set[Alert]:
@@ -444,13 +462,26 @@ async def test_collector_health_alerts(notifier: str, tmp_path: Path) -> None:
     )
     expected.add(("HamiUsagePushRefused", frozenset({("reason", "unauthorized")})))
     expected.add(("HamiUsageAgentSilent", frozenset({("node", "gpu-agent-gone")})))
+    refusing, accepting = Recorder(then=400), Recorder()
 
     async def traffic() -> None:
         # A live agent (never silent) and one with a wrong token (refused).
         assert await cluster.push("gpu-agent-live", "live", [card]) == 204
         assert await cluster.push("gpu-agent-live", "live", [card], token="wrong") == 401
 
-    async with running(tmp_path, nodes, now, faults={broken.name: "malformed"}) as cluster:
+    async with (
+        receiving(refusing) as refused,
+        receiving(accepting) as accepted,
+        running(
+            tmp_path,
+            nodes,
+            now,
+            faults={broken.name: "malformed"},
+            remote_write=[refused.replace("http://", "http://writer:secret@"), accepted],
+        ) as cluster,
+    ):
+        # The collector labels a destination with its URL less the credentials.
+        expected.add(("HamiUsageRemoteWriteDropping", frozenset({("url", refused)})))
         # The broken monitor never answered well: down, but not stale. The other
         # answered, then fails: down, and stale once its last success is old.
         expected.add(("HamiUsageTargetDown", cluster.target(broken)))
@@ -467,3 +498,7 @@ async def test_collector_health_alerts(notifier: str, tmp_path: Path) -> None:
         rules = quick_rules(tmp_path / "quick.rules.yaml")
         with real_vmalert(tmp_path, rules, f"{cluster.url}/prometheus", notifier) as vmalert:
             await until_exactly(cluster.http, vmalert, expected, traffic, timeout=90)
+        # Both destinations were sent to: one refused everything, the other took it all.
+        assert set(refusing.answered) == {400}
+        assert accepting.bodies
+        assert set(accepting.answered) == {204}
