@@ -110,7 +110,7 @@ class MetricsPage:
             future = asyncio.get_running_loop().run_in_executor(None, self._compress, parts)
         else:
             future = asyncio.get_running_loop().create_future()
-            future.set_result([p if isinstance(p, bytes) else p[0].plain[p[1]] for p in parts])
+            future.set_result(list(map(_plain, parts)))
         self._pages[(openmetrics, compressed)] = (version, future)
         return await asyncio.shield(future)
 
@@ -183,8 +183,12 @@ class MetricsPage:
                 out.append(packed)
             else:
                 out.append(part[0].member(part[1]))
-        out.append(_member(parts[-1]))  # our own metrics: new on every build
+        out.append(_member(_plain(parts[-1])))  # our own metrics: new on every build
         return [b"".join(out)]
+
+
+def _plain(part: _Part) -> bytes:
+    return part if isinstance(part, bytes) else part[0].plain[part[1]]
 
 
 def _member(data: bytes) -> bytes:
