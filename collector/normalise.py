@@ -45,13 +45,14 @@ _SIZE_LABEL = re.compile(b"([{,](?:" + "|".join(_SIZE_NAMES).encode() + b')=")([
 class Shape(NamedTuple):
     """What a container memory series text becomes, whatever its byte-size label values.
 
-    ``sizes[i]`` is the breakdown key of the text's i-th size label, None for
-    one with no canonical series.
+    ``keys[i]`` is the breakdown series of the text's ``kept[i]``-th size
+    label (the others, such as ``offset``, have no canonical series).
     """
 
     key: bytes
     conflict: bool
-    sizes: tuple[bytes | None, ...]
+    kept: tuple[int, ...]
+    keys: tuple[bytes, ...]
 
 
 class Group(NamedTuple):
@@ -167,13 +168,14 @@ class Normaliser:
         shape) that stays, and the sizes themselves are parsed here.
         """
         pieces = _SIZE_LABEL.split(raw) if b"\\" not in raw else [raw]
-        template = b"".join(p for i, p in enumerate(pieces) if i % 3 != 2)
-        shape = self._shapes.get(template) if len(pieces) > 1 else None
+        values, sized = pieces[2::3], pieces[1::3]
+        del pieces[2::3]
+        template = b"".join(pieces)
+        shape = self._shapes.get(template) if values else None
         if shape is not None:
-            sizes = zip(shape.sizes, pieces[2::3], strict=True)
+            sizes = map(parse_value, map(values.__getitem__, shape.kept))
             derived = Derived(
-                ((shape.key, None), *((k, parse_value(v)) for k, v in sizes if k is not None)),
-                shape.conflict,
+                ((shape.key, None), *zip(shape.keys, sizes, strict=True)), shape.conflict
             )
             self._cache[raw] = derived
             self._derived.add(derived)
@@ -183,18 +185,18 @@ class Normaliser:
             raise ValueError("a family outside the schema")
         entry = self._cached(raw, name, labels)
         memory = schema.LEGACY.get(name, (name,))[0] == schema.CONTAINER_MEMORY
-        if memory and len(pieces) > 1 and isinstance(entry, Derived):
-            self._learn_shape(template, pieces[1::3], entry)
+        if memory and values and isinstance(entry, Derived):
+            self._learn_shape(template, sized, entry)
         return entry
 
     def _learn_shape(self, template: bytes, labels: list[bytes], entry: Derived) -> None:
         """Keep the shape of a container memory text whose size labels made ``entry``."""
-        kept = [label[1:-2].decode() in schema.MEMORY_BREAKDOWN for label in labels]
-        if sum(kept) != len(entry.outputs) - 1:
-            return
-        breakdown = iter(entry.outputs[1:])
-        sizes = tuple(next(breakdown)[0] if k else None for k in kept)
-        self._shapes[template] = Shape(entry.outputs[0][0], entry.conflict, sizes)
+        kept = tuple(
+            i for i, label in enumerate(labels) if label[1:-2].decode() in schema.MEMORY_BREAKDOWN
+        )
+        keys = tuple(key for key, _ in entry.outputs[1:])
+        if len(kept) == len(keys):
+            self._shapes[template] = Shape(entry.outputs[0][0], entry.conflict, kept, keys)
 
     def _parse(self, body: bytes, openmetrics: bool) -> tuple[list[Entry], list[float]]:
         parsed = parse(body, openmetrics)
