@@ -37,6 +37,23 @@ DROP = Derived((), False)
 
 Entry = bytes | Derived
 
+_SIZE_NAMES = sorted((*schema.MEMORY_BREAKDOWN, *schema.BREAKDOWN_DROPPED), key=len, reverse=True)
+_SIZE_LABEL = re.compile(b"([{,](?:" + "|".join(_SIZE_NAMES).encode() + b')=")([^"]*)"')
+"""A byte-size label of the container memory series: its ``[{,]name="`` and its value."""
+
+
+class Shape(NamedTuple):
+    """What a container memory series text becomes, whatever its byte-size label values.
+
+    ``keys[i]`` is the breakdown series of the text's ``kept[i]``-th size
+    label (the others, such as ``offset``, have no canonical series).
+    """
+
+    key: bytes
+    conflict: bool
+    kept: tuple[int, ...]
+    keys: tuple[bytes, ...]
+
 
 class Group(NamedTuple):
     """Readings of one card or one container vGPU: ``values[i]`` goes to ``families[i]``.
@@ -79,6 +96,7 @@ class Normaliser:
         self._passthrough = passthrough or PassThrough()
         self._cache: dict[bytes, Entry] = {}
         self._derived: set[Derived] = set()
+        self._shapes: dict[bytes, Shape] = {}
         self._families: Mapping[str, schema.Family] = {}
         self._group_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
         self._previous_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
@@ -139,11 +157,46 @@ class Normaliser:
         """
         for i, entry in enumerate(found):
             if entry is None:
-                name, labels = parse_series(series[i])
-                if not schema.known(name):
-                    raise ValueError("a family outside the schema")
-                found[i] = self._cached(series[i], name, labels)
+                found[i] = self._resized(series[i])
         self._prune(set(series))
+
+    def _resized(self, raw: bytes) -> Entry:
+        """The entry of a new series text; the parser only for a shape not seen before.
+
+        Old monitors put byte sizes in label values, so their container memory
+        texts are new on every scrape; cut out, the sizes leave a text (the
+        shape) that stays, and the sizes themselves are parsed here.
+        """
+        pieces = _SIZE_LABEL.split(raw) if b"\\" not in raw else [raw]
+        values, sized = pieces[2::3], pieces[1::3]
+        del pieces[2::3]
+        template = b"".join(pieces)
+        shape = self._shapes.get(template) if values else None
+        if shape is not None:
+            sizes = map(parse_value, map(values.__getitem__, shape.kept))
+            derived = Derived(
+                ((shape.key, None), *zip(shape.keys, sizes, strict=True)), shape.conflict
+            )
+            self._cache[raw] = derived
+            self._derived.add(derived)
+            return derived
+        name, labels = parse_series(raw)
+        if not schema.known(name):
+            raise ValueError("a family outside the schema")
+        entry = self._cached(raw, name, labels)
+        memory = schema.LEGACY.get(name, (name,))[0] == schema.CONTAINER_MEMORY
+        if memory and values and isinstance(entry, Derived):
+            self._learn_shape(template, sized, entry)
+        return entry
+
+    def _learn_shape(self, template: bytes, labels: list[bytes], entry: Derived) -> None:
+        """Keep the shape of a container memory text whose size labels made ``entry``."""
+        kept = tuple(
+            i for i, label in enumerate(labels) if label[1:-2].decode() in schema.MEMORY_BREAKDOWN
+        )
+        keys = tuple(key for key, _ in entry.outputs[1:])
+        if len(kept) == len(keys):
+            self._shapes[template] = Shape(entry.outputs[0][0], entry.conflict, kept, keys)
 
     def _parse(self, body: bytes, openmetrics: bool) -> tuple[list[Entry], list[float]]:
         parsed = parse(body, openmetrics)
@@ -177,6 +230,8 @@ class Normaliser:
         if len(self._cache) > 2 * len(live) + 64:
             self._cache = {k: v for k, v in self._cache.items() if k in live}
             self._derived = {e for e in self._cache.values() if isinstance(e, Derived)}
+        if len(self._shapes) > len(live) + 64:
+            self._shapes.clear()  # shapes of pods gone; the live ones are learnt again
 
     def _assemble(self, keys: list[Entry], values: Iterable[float]) -> Batch:
         out: dict[Entry, float] = dict(zip(keys, values, strict=True))

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
+import zlib
+from pathlib import Path
+from typing import Any
 
 import aiohttp
-from helpers import running_collector
+from helpers import eventually, real_prometheus, running_collector
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.app import STORE
 from collector.batch import Source
 from collector.exposition.parse import parse
 from collector.normalise import Normaliser
@@ -21,7 +26,10 @@ WEIRD = 'q"uote \\ back\nnew {br,ace}=ü中'
 
 
 def filled_store() -> Store:
-    store = Store(stale_after=60)
+    return fill(Store(stale_after=60))
+
+
+def fill(store: Store, received: float = 0) -> Store:
     bodies = {
         "n2": b'hami_vgpu_memory_used_bytes{container="c",pod="p"} 5\nhami_build_info{version="1"} 1\n',
         "n1": b'HostCoreUtilization{deviceidx="0",deviceuuid="G"} 50\nhami_vgpu_memory_used_bytes{container="c",pod="p"} 7\n',
@@ -33,7 +41,7 @@ def filled_store() -> Store:
         store.put(
             Source(node, node, node, SourceKind.HAMI, 1),
             Normaliser(node).normalise(body),
-            received=0,
+            received=received,
         )
     return store
 
@@ -140,3 +148,72 @@ async def test_http_negotiation() -> None:
             assert resp.status == 200
         async with http.get(f"{base}/readyz") as resp:
             assert resp.status == 200, "nothing to discover and nothing to scrape: ready"
+
+
+def gzip_members(body: bytes) -> list[bytes]:
+    """The decompressed text of each gzip member of ``body``, in order."""
+    texts = []
+    while body:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        texts.append(member.decompress(body))
+        assert member.eof, "every member is complete"
+        body = member.unused_data
+    return texts
+
+
+def test_gzip_page_recompresses_only_what_changed() -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+
+    async def run() -> tuple[list[bytes], list[bytes], bytes]:
+        before = b"".join(await page.body(False, True))
+        store.put(
+            Source("n1", "n1", "n1", SourceKind.HAMI, 1),
+            Normaliser("n1").normalise(b'hami_vgpu_memory_used_bytes{container="c",pod="p"} 8\n'),
+            received=1,
+        )
+        after = b"".join(await page.body(False, True))
+        plain = b"".join(await page.body(False, False))
+        return gzip_members(before), gzip_members(after), plain
+
+    before, after, plain = asyncio.run(run())
+    assert b"".join(after) == plain, "the gzip page is the plain page, member by member"
+    assert len(after) > 3, "families and nodes are members of their own"
+    new = [text for text in after if text not in before]
+    assert any(b'node="n1"} 8.0' in text for text in new)
+    assert all(b'node="n1"' in text or b"hami_usage_collector" in text for text in new), (
+        "only n1's chunks and our own metrics are compressed again"
+    )
+
+
+async def test_real_prometheus_reads_the_gzip_page(tmp_path: Path) -> None:
+    async with (
+        running_collector(kubernetes=False, stale_after=3600) as (base, app),
+        aiohttp.ClientSession() as http,
+    ):
+        fill(app[STORE], time.monotonic())
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+            "scrape_configs": [
+                {
+                    "job_name": "hami",
+                    "static_configs": [{"targets": [base.removeprefix("http://")]}],
+                }
+            ],
+        }
+        with real_prometheus(tmp_path, config) as prometheus:
+
+            async def pods() -> list[dict[str, Any]]:
+                async with http.get(
+                    f"{prometheus}/api/v1/query",
+                    params={"query": 'hami_vgpu_memory_used_bytes{job="hami"}'},
+                ) as resp:
+                    result: list[dict[str, Any]] = (await resp.json())["data"]["result"]
+                    return result
+
+            async def scraped() -> bool:
+                return len(await pods()) == 3
+
+            await eventually(scraped, 30, "Prometheus to scrape every node's series")
+            by_node = {r["metric"]["node"]: r["value"][1] for r in await pods()}
+            assert by_node == {"n1": "7", "n2": "5", WEIRD: "NaN"}

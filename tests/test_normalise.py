@@ -89,6 +89,28 @@ def test_breakdown_labels_become_series_and_offset_goes() -> None:
     }
 
 
+def test_byte_sizes_that_change_every_scrape_match_a_fresh_parse() -> None:
+    legacy = (
+        b'Device_memory_desc_of_container{context="%d",ctrname="c",data="%d",deviceuuid="G",'
+        b'module="%d",node="elsewhere",offset="%d",podname="p",podnamespace="n",vdeviceid="0"} %d\n'
+    )
+    other = b'hami_vgpu_memory_used_bytes{data="%d",offset="%d"} 1\n'  # not sizes here
+    warm = Normaliser("x")
+    for scrape in range(4):
+        sizes = (scrape, 1000 + scrape, 7 * scrape, 3 + scrape, 2000 + scrape)
+        body = legacy % sizes + other % sizes[:2]
+        fresh = Normaliser("x").normalise(body)
+        batch = warm.normalise(body)
+        assert batch == fresh, "a known shape gives what parsing the text gives"
+        assert batch.series[b'hami_vgpu_memory_used_bytes{data="%d",offset="%d"}' % sizes[:2]] == 1
+        assert batch.conflicts == 1
+    rest = b'{container="c",device_uuid="G",namespace="n",pod="p",vdevice_index="0"}'
+    assert batch.series[b"hami_vgpu_memory_buffer_bytes" + rest] == 1003
+    with pytest.raises(ValueError, match="invalid value"):
+        warm.normalise(legacy.replace(b'data="%d"', b'data="lots"') % (1, 2, 3, 4))
+    assert warm.normalise(body) == fresh
+
+
 def test_a_series_of_its_own_beats_a_breakdown_label() -> None:
     rest = b'{container="c",device_uuid="G",namespace="n",pod="p",vdevice_index="0"}'
     body = (

@@ -7,6 +7,11 @@ once per change of the store or of our own metrics, and concurrent scrapes
 share that one build. Joining and compressing run in a worker thread; the
 parts they read are immutable ``bytes`` taken on the event loop, so a page
 never mixes two store generations.
+
+The gzip page is a series of gzip members, one per part (RFC 1952 allows
+several; Prometheus, Python and curl read them as one stream). A node's
+member is compressed once per change of that node and kept beside its lines,
+so one node's push recompresses that node's chunks, not the page.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ from core.content import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 _Chunks = Mapping[str, bytes]
 
+_LEVEL = 1
+"""zlib level of every member: members are small, so a higher level saves little."""
+
+_HEADER_MEMBERS_MAX = 4096
+"""Most family headers whose gzip member is kept (family names come from targets)."""
+
 
 def _name_of(item: tuple[bytes, float]) -> bytes:
     key = item[0]
@@ -41,6 +52,31 @@ def render_node(view: NodeView, external: Sequence[tuple[str, str]] = ()) -> _Ch
     }
 
 
+class _Rendered:
+    """One node's lines per family, and their gzip members once asked for."""
+
+    __slots__ = ("members", "plain")
+
+    def __init__(self, plain: _Chunks) -> None:
+        self.plain = plain
+        self.members: dict[str, bytes] = {}
+
+    def member(self, name: str) -> bytes:
+        """The gzip member of family ``name``'s lines; compressed on first use.
+
+        Called from worker threads: two builds may compress the same chunk
+        at once, and both get equal bytes.
+        """
+        packed = self.members.get(name)
+        if packed is None:
+            packed = self.members[name] = _member(self.plain[name])
+        return packed
+
+
+_Part = bytes | tuple[_Rendered, str]
+"""A page part: bytes of its own, or a node's chunk of one family."""
+
+
 class MetricsPage:
     """Builds and caches the /metrics page in both formats, plain and gzipped."""
 
@@ -51,7 +87,8 @@ class MetricsPage:
         self._store = store
         self._metrics = metrics
         self._external = tuple(external)
-        self._nodes: dict[str, tuple[int, _Chunks]] = {}
+        self._nodes: dict[str, tuple[int, _Rendered]] = {}
+        self._header_members: dict[bytes, bytes] = {}
         self._pages: dict[
             tuple[bool, bool], tuple[tuple[int, int], asyncio.Future[list[bytes]]]
         ] = {}
@@ -70,10 +107,10 @@ class MetricsPage:
         parts = self._parts(openmetrics)
         future: asyncio.Future[list[bytes]]
         if compressed:
-            future = asyncio.get_running_loop().run_in_executor(None, _compress, parts)
+            future = asyncio.get_running_loop().run_in_executor(None, self._compress, parts)
         else:
             future = asyncio.get_running_loop().create_future()
-            future.set_result(parts)
+            future.set_result(list(map(_plain, parts)))
         self._pages[(openmetrics, compressed)] = (version, future)
         return await asyncio.shield(future)
 
@@ -96,9 +133,9 @@ class MetricsPage:
         await response.write_eof()
         return response
 
-    def _parts(self, openmetrics: bool) -> list[bytes]:
+    def _parts(self, openmetrics: bool) -> list[_Part]:
         """Take the page's parts on the event loop: one consistent generation."""
-        chunks: list[_Chunks] = []
+        chunks: list[_Rendered] = []
         families: dict[str, schema.Family] = {}
         live = set()
         for node in self._store.nodes():
@@ -108,31 +145,55 @@ class MetricsPage:
             live.add(node)
             cached = self._nodes.get(node)
             if cached is None or cached[0] != view.generation:
-                cached = (view.generation, render_node(view, self._external))
+                cached = (view.generation, _Rendered(render_node(view, self._external)))
                 self._nodes[node] = cached
             chunks.append(cached[1])
             for name, family in view.families.items():
                 families.setdefault(name, family)
         for node in self._nodes.keys() - live:
             del self._nodes[node]
-        parts: list[bytes] = []
-        for name in sorted(set().union(*chunks)):
+        parts: list[_Part] = []
+        for name in sorted(set().union(*(c.plain for c in chunks))):
             family = (
                 schema.FAMILIES.get(name)
                 or families.get(name)
                 or schema.Family(name, "", "untyped")
             )
             parts.append(render_header(name, family.type, family.help, openmetrics))
-            parts.extend(c[name] for c in chunks if name in c)
-        parts.extend(self._metrics.render(openmetrics))
-        if openmetrics:
-            parts.append(b"# EOF\n")
+            parts.extend((c, name) for c in chunks if name in c.plain)
+        own = self._metrics.render(openmetrics)
+        parts.append(b"".join([*own, b"# EOF\n"] if openmetrics else own))
         return parts
 
+    def _compress(self, parts: list[_Part]) -> list[bytes]:
+        """The gzip page: each part's member, kept or made now, joined once.
 
-def _compress(parts: list[bytes]) -> list[bytes]:
-    deflate = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return [b"".join([*map(deflate.compress, parts), deflate.flush()])]
+        Joined here, in the worker, so serving writes slices of one buffer
+        instead of copying thousands of small members on every request.
+        """
+        members = self._header_members
+        if len(members) > _HEADER_MEMBERS_MAX:
+            members.clear()
+        out = []
+        for part in parts[:-1]:
+            if isinstance(part, bytes):
+                packed = members.get(part)
+                if packed is None:
+                    packed = members[part] = _member(part)
+                out.append(packed)
+            else:
+                out.append(part[0].member(part[1]))
+        out.append(_member(_plain(parts[-1])))  # our own metrics: new on every build
+        return [b"".join(out)]
+
+
+def _plain(part: _Part) -> bytes:
+    return part if isinstance(part, bytes) else part[0].plain[part[1]]
+
+
+def _member(data: bytes) -> bytes:
+    """``data`` as one gzip member (no file name, mtime 0: equal input, equal bytes)."""
+    return zlib.compress(data, _LEVEL, wbits=16 + zlib.MAX_WBITS)
 
 
 _SLICE = 1 << 18
