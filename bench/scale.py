@@ -59,6 +59,7 @@ from bench.processes import cpu_seconds, memory_mib, stop
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import loopback_address
 from collector.demo.run import collector_flavour
+from collector.settings import CollectorSettings
 from core.content import TEXT_CONTENT_TYPE
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "5000"))
@@ -80,6 +81,10 @@ GOAL_CORES = 1.0
 GOAL_RSS_MIB = 3 * 1024.0
 GOAL_RATIO = 1.0
 """Our CPU per scraped sample over vmagent's, at most."""
+HISTORY_POINTS: int = CollectorSettings.model_fields["history_max_points"].default
+"""The default ``--history-max-points``."""
+HISTORY_BYTES = 33.0
+"""Bytes per kept history point with its series keys (``foundation.md``, query bench: 32.7)."""
 KEPT_UP = 0.98
 """Share of the targets a scraper must scrape in each interval (jitter aside) to keep up."""
 VMAGENT = Path(__file__).resolve().parent.parent / ".tools/victoria-metrics/usr/bin/vmagent"
@@ -544,6 +549,11 @@ def markdown(r: dict[str, Any]) -> str:
         f"{f['page_bytes'] / 1e6:.0f} MB | {v['targets_up_with_node']:,} targets up with "
         "`node` |",
         "",
+        f"RSS is taken {r['wall_s'] / 60:.0f} minutes into the run, before the default history "
+        f"is full: its cap ({HISTORY_POINTS / 1e6:.0f}M points, at most ~{HISTORY_BYTES:.0f} B a "
+        f"point with series keys, as measured by the query bench) bounds what it adds to "
+        f"~{HISTORY_POINTS * HISTORY_BYTES / 2**20:,.0f} MiB, so the steady RSS here stays under "
+        f"{c['rss_peak_mib'] + HISTORY_POINTS * HISTORY_BYTES / 2**20:,.0f} MiB. "
         "vmagent's CPU excludes the receiver's "
         f"({v['sink_cpu_s_while_measured']} CPU-s while measured). The monitors are charged "
         "to nobody: each scraper's samples are those the monitor process counted as served "
