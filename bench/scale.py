@@ -7,15 +7,11 @@ instead (with relabelling to add ``node``).
 
 Set-up, all on loopback:
 
-* monitors: one process (``python -m bench.scale monitors ...``) serves every
-  simulated node's exposition (the demo's exact upstream text,
-  :func:`collector.demo.cluster.build_cluster`) on its own address from
-  :func:`collector.demo.monitors.loopback_address` (127.1.0.1, ...), one port
-  for all. Each body is rendered and gzipped once per variant before serving
-  (:data:`VARIANTS` passes of simulated time, served in turn, one per interval),
-  so serving costs no rendering: this 2-core machine is shared, and the
-  monitors must not starve the scrapers. It counts the requests and samples it
-  served, which is what both scrapers are charged for.
+* monitors: one process (:mod:`bench.farm`) serves every simulated node's
+  exposition (the demo's exact upstream text, every flavour) on its own
+  127.x address, one port for all, each body rendered and gzipped before
+  serving so that serving costs no rendering. It counts the requests and
+  samples it served, which is what both scrapers are charged for.
 * ours: ``hami-collector serve --no-kubernetes --targets-file`` (file_sd, the
   ``node`` and ``flavour`` labels), default interval (15 s) and history.
 * peer: ``vmagent`` from Debian's ``victoria-metrics`` 1.79 with
@@ -35,8 +31,6 @@ up with a ``node`` label (``/api/v1/targets``).
 
 from __future__ import annotations
 
-import asyncio
-import gzip
 import itertools
 import json
 import os
@@ -49,33 +43,22 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
+from bench.farm import Monitors, start_monitors
 from bench.processes import cpu_seconds, memory_mib, stop
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import loopback_address
 from collector.demo.run import collector_flavour
 from collector.settings import CollectorSettings
-from core.content import TEXT_CONTENT_TYPE
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "5000"))
 """Simulated monitors (``BENCH_SCALE_NODES`` lowers it when the machine cannot serve them)."""
 CARDS = int(os.environ.get("BENCH_SCALE_CARDS", "2"))
 ALLOCATIONS = int(os.environ.get("BENCH_SCALE_ALLOCATIONS", "8"))
-"""Cards and vGPU allocations per node: the demo's defaults (~250 series a node)."""
+"""Cards and vGPU allocations per node (~44 series; the demo's full node, 8 and 28, has ~190)."""
 INTERVAL = float(os.environ.get("BENCH_SCALE_INTERVAL", "15"))
 WARMUP_INTERVALS = 2
 MEASURED_INTERVALS = int(os.environ.get("BENCH_SCALE_INTERVALS", "4"))
-VARIANTS = 2
-"""Passes of simulated time rendered per node; interval ``k`` serves pass ``k % VARIANTS``."""
-SEED = 1
-START = 1_700_000_000.0
-PREPARE_TIMEOUT = 900.0
-"""Seconds the monitor process may take to render every body and bind every address."""
 STARTUP_TIMEOUT = 120.0
 GOAL_CORES = 1.0
 GOAL_RSS_MIB = 3 * 1024.0
@@ -92,131 +75,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 STEM = os.environ.get("BENCH_SCALE_RESULT", "scale")
 """Results go to ``bench/results/<STEM>.json`` and ``.md`` (another stem keeps a second shape)."""
 SELF = b"hami_usage_collector_"
-
-
-# -- the monitors' process --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """One node's bodies, gzipped, and the samples each holds."""
-
-    bodies: tuple[bytes, ...]
-    samples: tuple[int, ...]
-
-
-def render(nodes: int, cards: int, allocations: int) -> tuple[list[dict[str, Any]], list[Served]]:
-    """Every node's :data:`VARIANTS` bodies, and each node's name, flavour and samples."""
-    cluster = build_cluster(nodes, seed=SEED, cards=cards, allocations_per_node=allocations,
-                            start_time=START)  # fmt: skip
-    described, served = [], []
-    for node in cluster:
-        bodies, samples = [], []
-        for k in range(VARIANTS):
-            now = START + (k + 1) * INTERVAL
-            node.step(now)
-            plain = node.exposition(now)
-            samples.append(sum(1 for line in plain.splitlines() if line and line[:1] != b"#"))
-            bodies.append(gzip.compress(plain, compresslevel=1, mtime=0))
-        described.append({"node": node.name, "flavour": node.flavour, "samples": samples[0]})
-        served.append(Served(tuple(bodies), tuple(samples)))
-    return described, served
-
-
-def bind_all(hosts: list[str]) -> list[socket.socket]:
-    """One listening-ready socket per host, all on one port the kernel picks for the first."""
-    for _ in range(5):
-        held: list[socket.socket] = []
-        port = 0
-        try:
-            for host in hosts:
-                sock = socket.socket()
-                held.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                port = sock.getsockname()[1]
-            return held
-        except OSError:
-            for sock in held:
-                sock.close()
-    raise RuntimeError("no port free on every monitor address")
-
-
-async def serve_monitors(nodes: int, cards: int, allocations: int) -> None:
-    """Serve every node's bodies; ``GET /stats`` on 127.0.0.1 answers what was served."""
-    described, served = render(nodes, cards, allocations)
-    hosts = [loopback_address(i) for i in range(nodes)]
-    by_host = dict(zip(hosts, served, strict=True))
-    counted = {"requests": 0, "samples": 0, "plain": 0}
-
-    async def handle(request: web.BaseRequest) -> web.Response:
-        assert request.transport is not None
-        node = by_host.get(request.transport.get_extra_info("sockname")[0])
-        if node is None:
-            return web.json_response({**counted, "cpu_s": time.process_time()})
-        k = int(time.time() // INTERVAL) % VARIANTS
-        counted["requests"] += 1
-        counted["samples"] += node.samples[k]
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
-            headers = {"Content-Type": TEXT_CONTENT_TYPE, "Content-Encoding": "gzip"}
-            return web.Response(body=node.bodies[k], headers=headers)
-        counted["plain"] += 1
-        body = gzip.decompress(node.bodies[k])
-        return web.Response(body=body, headers={"Content-Type": TEXT_CONTENT_TYPE})
-
-    runner = web.ServerRunner(web.Server(handle), handle_signals=True, access_log=None)
-    await runner.setup()
-    sockets = bind_all(hosts)
-    control = socket.socket()
-    control.bind(("127.0.0.1", 0))
-    for sock in [*sockets, control]:
-        await web.SockSite(runner, sock, backlog=1024).start()
-    port, control_port = sockets[0].getsockname()[1], control.getsockname()[1]
-    print(json.dumps({"port": port, "control": control_port, "nodes": described}), flush=True)
-    try:
-        await asyncio.Event().wait()  # until SIGTERM (handle_signals) ends the process
-    finally:
-        await runner.cleanup()
-
-
-# -- the bench --------------------------------------------------------------------------------
-
-
-@dataclass
-class Monitors:
-    """The monitor process, its port and what it describes."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    control: int
-    nodes: list[dict[str, Any]]
-
-    def stats(self) -> dict[str, float]:
-        # a long limit: on this shared machine the busy monitor process may answer late
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.control}/stats", timeout=120) as r:
-            stats: dict[str, float] = json.load(r)
-        return stats
-
-    def address(self, index: int) -> str:
-        return f"{loopback_address(index)}:{self.port}"
-
-
-def start_monitors() -> Monitors:
-    """Start the monitor process and wait (bounded) for its description line."""
-    args = [sys.executable, "-m", "bench.scale", "monitors", str(NODES), str(CARDS),
-            str(ALLOCATIONS)]  # fmt: skip
-    process = subprocess.Popen(args, stdout=subprocess.PIPE)
-    assert process.stdout is not None
-    try:
-        ready, _, _ = select.select([process.stdout], [], [], PREPARE_TIMEOUT)
-        line = process.stdout.readline() if ready else b""
-        if not line:
-            raise RuntimeError(f"the monitors did not start within {PREPARE_TIMEOUT:g} s")
-        described = json.loads(line)
-    except BaseException:
-        stop(process)
-        raise
-    return Monitors(process, described["port"], described["control"], described["nodes"])
 
 
 def write_targets(work: Path, monitors: Monitors) -> tuple[Path, Path]:
@@ -442,7 +300,7 @@ def run() -> dict[str, Any]:
     """Both scrapers over the same monitors; write ``<STEM>.json`` and ``<STEM>.md``."""
     began = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
-    monitors = start_monitors()
+    monitors = start_monitors(NODES, CARDS, ALLOCATIONS, INTERVAL)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
             work = Path(tmp)
@@ -564,7 +422,4 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["monitors"]:
-        asyncio.run(serve_monitors(*(int(a) for a in sys.argv[2:5])))
-    else:
-        print(json.dumps(run(), indent=2))
+    print(json.dumps(run(), indent=2))
