@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 HEADERS = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
+IN_FLIGHT = 256
+"""Scrapes in flight at once, over every target; the rest wait for a slot."""
 
 
 class ScrapeError(Exception):
@@ -134,10 +136,12 @@ class ScrapeLoop:
         store: Store,
         metrics: SelfMetrics,
         config: ScrapeConfig,
+        slots: asyncio.Semaphore,
     ) -> None:
         self.target = target
         self.tried = False
         self._session = session
+        self._slots = slots
         self._store = store
         self._metrics = metrics
         self._config = config
@@ -192,9 +196,10 @@ class ScrapeLoop:
         self.health.succeeded(duration, batch.samples)
 
     async def _scrape(self) -> Batch:
-        body, openmetrics = await fetch(
-            self._session, self._url, self._config.timeout, self._config.body_limit
-        )
+        async with self._slots:
+            body, openmetrics = await fetch(
+                self._session, self._url, self._config.timeout, self._config.body_limit
+            )
         try:
             return self._normaliser.normalise(body, openmetrics)
         except ValueError as exc:
@@ -237,6 +242,11 @@ class ScrapeManager:
         self._by_provider: dict[str, frozenset[Target]] = {}
         self._loops: dict[Target, tuple[ScrapeLoop, Supervised]] = {}
         self._lock = asyncio.Lock()
+        # the bound on scrapes in flight is ours, not the connector's: aiohttp wakes a
+        # waiter for a connection by shuffling the list of every waiting host, which
+        # at 5,000 targets behind a slow loop cost more CPU than the scrapes (py-spy,
+        # bench/scale.py), and the backlog grew; a semaphore wakes one waiter in O(1)
+        self._slots = asyncio.Semaphore(IN_FLIGHT)
 
     @property
     def targets(self) -> list[Target]:
@@ -260,7 +270,9 @@ class ScrapeManager:
             await self._stop(gone)
             added = [t for t in wanted if t not in self._loops]
             for target in added:
-                loop = ScrapeLoop(target, self._session, self._store, self._metrics, self._config)
+                loop = ScrapeLoop(
+                    target, self._session, self._store, self._metrics, self._config, self._slots
+                )
                 task = self._tasks.start("scrape", loop.run, name=f"scrape {target.name}")
                 self._loops[target] = (loop, task)
             if gone or added:
