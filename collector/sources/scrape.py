@@ -33,7 +33,6 @@ from core.tasks import Supervised, Supervisor
 log = logging.getLogger(__name__)
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
-HEADERS = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
 IN_FLIGHT = 256
 """Scrapes in flight at once, over every target; the rest wait for a slot."""
 
@@ -60,15 +59,12 @@ class ScrapeConfig:
 async def fetch(
     session: aiohttp.ClientSession, url: str | URL, time_limit: float, limit: int
 ) -> tuple[bytes, bool]:
-    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics.
-
-    Pass a parsed :class:`~yarl.URL` where the same URL is fetched again and
-    again: parsing a URL string (its host through :mod:`ipaddress`) cost more
-    CPU than parsing the body for a node of ~50 series (bench/scale.py).
-    """
+    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics."""
     try:
         async with session.get(
-            url, headers=HEADERS, timeout=aiohttp.ClientTimeout(total=time_limit)
+            url,
+            headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"},
+            timeout=aiohttp.ClientTimeout(total=time_limit),
         ) as resp:
             if resp.status != 200:
                 raise ScrapeError("http", f"HTTP {resp.status} {resp.reason}")
@@ -153,6 +149,8 @@ class ScrapeLoop:
             config.priorities[SourceKind(target.flavour)],
         )
         self._normaliser = Normaliser(target.node, config.passthrough)
+        # parsed once: parsing the URL string again on every scrape (its host through
+        # ipaddress) cost more CPU than parsing a small body (py-spy, bench/scale.py)
         self._url = URL(target.url)
         self.health = Health()
 
@@ -243,9 +241,9 @@ class ScrapeManager:
         self._loops: dict[Target, tuple[ScrapeLoop, Supervised]] = {}
         self._lock = asyncio.Lock()
         # the bound on scrapes in flight is ours, not the connector's: aiohttp wakes a
-        # waiter for a connection by shuffling the list of every waiting host, which
-        # at 5,000 targets behind a slow loop cost more CPU than the scrapes (py-spy,
-        # bench/scale.py), and the backlog grew; a semaphore wakes one waiter in O(1)
+        # waiter for a connection by shuffling the list of every waiting host, ~19% of
+        # the CPU at 5,000 targets behind a slow loop (py-spy, bench/scale.py), so a
+        # collector behind fell further behind; a semaphore wakes one waiter in O(1)
         self._slots = asyncio.Semaphore(IN_FLIGHT)
 
     @property
