@@ -35,6 +35,7 @@ from bench import (
     push,
     query,
     remote,
+    scale,
     serve,
     shards,
     status,
@@ -85,7 +86,33 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += remote_rows(r["remote"])
     if "load" in r:
         out += [Row(w, m, g, "-", "-", _mark(ok)) for w, m, g, ok in load_report.summary(r["load"])]
+    if "scale" in r:
+        out += scale_rows(r["scale"])
     return out
+
+
+def scale_rows(s: dict[str, Any]) -> list[Row]:
+    """One collector pulling every monitor, beside vmagent (also in ``scale.md``)."""
+    c, v = s["collector"], s["vmagent"]
+    pulled = f"{s['nodes']:,} monitors pulled every {s['interval_s']:g} s"
+    return [
+        Row(
+            f"{pulled}: collector CPU / RSS peak",
+            f"{c['cores']:.2f} cores / {c['rss_peak_mib']:,.0f} MiB",
+            f"<= {s['goals']['cores']:g} core, <= {s['goals']['rss_mib']:,.0f} MiB",
+            f"vmagent {v['cores']:.2f} cores / {v['rss_peak_mib']:,.0f} MiB",
+            "-",
+            _mark(s["meets_cores"] and s["meets_rss"] and s["meets_fresh"]),
+        ),
+        Row(
+            f"{pulled}: CPU per scraped sample",
+            f"{c['cpu_us_per_sample']:.2f} us",
+            f"<= vmagent 1.79's ({s['goals']['ratio']:g}x)",
+            f"vmagent 1.79 {v['cpu_us_per_sample']:.2f} us",
+            f"{s['ratio_cpu_per_sample_vs_vmagent']:.2f}x",
+            _mark(s["meets_ratio"]),
+        ),
+    ]
 
 
 def remote_rows(r: dict[str, Any]) -> list[Row]:
@@ -509,6 +536,7 @@ def benches(budget: query.Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "status": status.run,
         "shards": shards.run,
         "remote": remote.run,
+        "scale": scale.run,
         "query": run_query,
         "load": run_load,
     }
