@@ -7,6 +7,7 @@ Agents restart under new instance names, nodes leave and join: the lines of
 from __future__ import annotations
 
 from collector.batch import Batch, Source
+from collector.remote.encode import Heads
 from collector.exposition.parse import parse
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
@@ -46,3 +47,13 @@ def test_source_lines_follow_the_live_sources_through_node_and_agent_churn() -> 
         steady = _source_up(metrics)
         assert len(steady) == len(nodes), f"generation {generation}: {sorted(steady)}"
     assert set(steady) == {(f"node-9-{i}", f"agent node-9-{i}-39") for i in range(3)}
+
+
+def test_remote_write_heads_of_nodes_that_left_are_dropped_with_their_series() -> None:
+    heads = Heads([("cluster", "test")])
+    for generation in range(30):
+        node = f"node-{generation}"  # a node replaced by one of a new name each generation
+        keys = [f'hami_vgpu_memory_used_bytes{{pod="p{generation}-{i}"}}'.encode() for i in range(4)]
+        heads.heads(node, keys)
+        heads.forget(node, keys)  # its series vanished: the markers were sent
+        assert (len(heads), heads.nodes) == (0, 0), f"generation {generation}"
