@@ -7,8 +7,8 @@ Agents restart under new instance names, nodes leave and join: the lines of
 from __future__ import annotations
 
 from collector.batch import Batch, Source
-from collector.remote.encode import Heads
 from collector.exposition.parse import parse
+from collector.remote.encode import Heads
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.store import Store
@@ -53,7 +53,9 @@ def test_remote_write_heads_of_nodes_that_left_are_dropped_with_their_series() -
     heads = Heads([("cluster", "test")])
     for generation in range(30):
         node = f"node-{generation}"  # a node replaced by one of a new name each generation
-        keys = [f'hami_vgpu_memory_used_bytes{{pod="p{generation}-{i}"}}'.encode() for i in range(4)]
+        keys = [
+            f'hami_vgpu_memory_used_bytes{{pod="p{generation}-{i}"}}'.encode() for i in range(4)
+        ]
         heads.heads(node, keys)
         heads.forget(node, keys)  # its series vanished: the markers were sent
         assert (len(heads), heads.nodes) == (0, 0), f"generation {generation}"
