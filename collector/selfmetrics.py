@@ -204,26 +204,34 @@ class _SourceTable:
     """
 
     def __init__(self) -> None:
-        self._values: dict[Source, dict[str, float]] = {}
-        self._keys: dict[Source, dict[str, bytes]] = {}
-        self._lines: dict[Source, dict[str, bytes]] = {}
+        # Keyed by the source's id, not the Source: an agent restarted under a new
+        # instance name is the same source renamed, so its old lines must go, not linger.
+        self._values: dict[str, dict[str, float]] = {}
+        self._keys: dict[str, tuple[Source, dict[str, bytes]]] = {}
+        self._lines: dict[str, dict[str, bytes]] = {}
 
     def set(self, source: Source, **values: float) -> None:
-        keys = self._keys.get(source)
-        if keys is None:
+        known = self._keys.get(source.id)
+        if known is None or known[0] != source:
+            if known is not None:  # renamed or moved: its old labels describe nothing now
+                self._values.pop(source.id, None)
             labels = (("kind", source.kind), ("node", source.node), ("source", source.name))
             keys = {name: series_key(_PREFIX + name, labels) for name, _ in _SOURCE_FAMILIES}
-            self._keys[source] = keys
-        current = self._values.setdefault(source, {})
+            known = self._keys[source.id] = (source, keys)
+        keys = known[1]
+        current = self._values.setdefault(source.id, {})
         current.update(values)
-        self._lines[source] = {
+        self._lines[source.id] = {
             name: b"%s %s\n" % (keys[name], format_value(value)) for name, value in current.items()
         }
 
     def forget(self, source: Source) -> None:
-        self._values.pop(source, None)
-        self._keys.pop(source, None)
-        self._lines.pop(source, None)
+        self._values.pop(source.id, None)
+        self._keys.pop(source.id, None)
+        self._lines.pop(source.id, None)
+
+    def __len__(self) -> int:
+        return len(self._lines)
 
     def render(self, openmetrics: bool) -> list[bytes]:
         parts = []

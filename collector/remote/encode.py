@@ -144,6 +144,16 @@ class Heads:
             for key in keys:
                 if cache.pop(key, None) is not None:
                     self._size -= 1
+            if not cache:  # the node left (or was renamed): its name is not kept either
+                del self._nodes[node]
+
+    @property
+    def nodes(self) -> int:
+        """Nodes with heads cached."""
+        return len(self._nodes)
+
+    def __len__(self) -> int:
+        return self._size
 
 
 def encode_metadata(families: Iterable[tuple[str, str, str]]) -> bytes:
