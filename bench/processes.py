@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -48,3 +52,21 @@ def stop(process: subprocess.Popen[Any]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+async def wait_healthy(
+    session: aiohttp.ClientSession, base: str, process: subprocess.Popen[bytes], limit: float
+) -> None:
+    """Poll the collector's ``/healthz`` until it answers; fail after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the collector {base} exited with {process.returncode}")
+        try:
+            async with session.get(base + "/healthz") as resp:
+                if resp.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the collector {base} did not answer within {limit:g}s")

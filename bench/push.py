@@ -61,7 +61,7 @@ from typing import Any
 import aiohttp
 
 from bench.columns import Line, aligned
-from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop
+from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop, wait_healthy
 from bench.timing import percentile
 from collector.batch import Source
 from collector.demo.cluster import build_cluster
@@ -300,24 +300,6 @@ def _served_port(process: subprocess.Popen[bytes]) -> int:
     assert process.stdout is not None
     with process.stdout:
         return int(process.stdout.readline())
-
-
-async def wait_healthy(
-    session: aiohttp.ClientSession, base: str, process: subprocess.Popen[bytes]
-) -> None:
-    """Poll ``/healthz`` until the collector answers; fail after :data:`STARTUP_TIMEOUT`."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the collector exited with {process.returncode}")
-        try:
-            async with session.get(base + "/healthz") as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"the collector did not answer within {STARTUP_TIMEOUT:g}s")
 
 
 # --------------------------------------------------------------------------
@@ -609,7 +591,7 @@ async def _load(
     timeout = aiohttp.ClientTimeout(total=60)
     pid = process.pid
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await wait_healthy(session, base, process)
+        await wait_healthy(session, base, process, STARTUP_TIMEOUT)
         rss0 = memory_mib(pid)
         fill = await closed(session, url, bodies, pid, fill_timeout, NODES)
         filled = fill.accepted

@@ -44,7 +44,7 @@ from typing import Any
 import aiohttp
 
 from agent.destinations import Fanout, PushOptions
-from bench.processes import cpu_seconds, memory_mib, stop
+from bench.processes import cpu_seconds, memory_mib, stop, wait_healthy
 from core.payload import Card, Payload
 from core.shards import HASH_RULE, shard_of
 from core.tasks import Supervisor
@@ -104,23 +104,6 @@ def start_collector(shard: int, replica: int, port: int) -> subprocess.Popen[byt
         "--stale-after=3600", "--log-level=warning",
     ]  # fmt: skip
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-async def wait_healthy(
-    http: aiohttp.ClientSession, base: str, process: subprocess.Popen[bytes]
-) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"collector {base} exited with {process.returncode}")
-        try:
-            async with http.get(base + "/healthz") as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"collector {base} did not answer within {STARTUP_TIMEOUT:g}s")
 
 
 def snapshot(node: str, sequence: int, taken: float) -> Payload:
@@ -241,7 +224,7 @@ async def measure() -> dict[str, Any]:
             processes[key] = start_collector(*key, port)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
             for key, url in base.items():
-                await wait_healthy(http, url, processes[key])
+                await wait_healthy(http, url, processes[key], STARTUP_TIMEOUT)
             async with Supervisor() as tasks:
                 agents = Agents(port, tasks)
                 await agents.start()
@@ -274,7 +257,7 @@ async def rounds(
         if sequence == DOWN_ROUNDS[-1] + 1:
             processes[KILLED] = start_collector(*KILLED, port)
             cpu_before[KILLED] = 0.0  # the new process's CPU counts from its start
-            await wait_healthy(http, base[KILLED], processes[KILLED])
+            await wait_healthy(http, base[KILLED], processes[KILLED], STARTUP_TIMEOUT)
         start = time.monotonic()
         agents.submit(sequence)
         submitted = time.monotonic() - start
