@@ -239,3 +239,27 @@ async def test_csv_and_bad_parameters(collector: Collector) -> None:
             usage = (await resp.json())["paths"]["/api/v1/usage"]["get"]
         assert set(usage["responses"]["200"]["content"]) == {"application/json", "text/csv"}
         assert {p["name"] for p in usage["parameters"]} == {"by", "start", "end", "format"}
+
+
+async def test_a_report_over_the_sample_limit_answers_422(tmp_path: Path) -> None:
+    nodes = build_cluster(1, seed=4, cards=1, allocations_per_node=2, flavours=("hami",))
+    async with MonitorFarm(nodes) as farm:
+        targets = tmp_path / "targets.json"
+        write_targets(targets, farm)
+        async with (
+            running_collector(
+                pods=SimulatedDirectory(nodes),
+                kubernetes=False,
+                targets_file=targets,
+                interval=0.5,
+                timeout=0.45,
+                query_max_samples=1,
+            ) as (base, _),
+            aiohttp.ClientSession() as http,
+        ):
+
+            async def refused() -> bool:
+                async with http.get(f"{base}/api/v1/usage") as resp:
+                    return resp.status == 422 and (await resp.json())["error"] == "too_many_samples"
+
+            await eventually(refused, 30, "the report refused past --query-max-samples")

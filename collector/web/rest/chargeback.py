@@ -136,7 +136,13 @@ class Chargeback:
                 lambda: [cast(list[RangeSeries], p.run()) for p in prepared]  # range: a Matrix
             )
         except QueryError as exc:
-            raise ApiError(400, "bad_request", f"the report cannot be computed: {exc}") from None
+            # Prometheus' answers to the same limits: 503 past --query-timeout,
+            # 422 past --query-max-samples.
+            if exc.error_type in ("timeout", "canceled"):
+                raise ApiError(503, "timeout", f"the report took too long: {exc}") from None
+            raise ApiError(
+                422, "too_many_samples", f"the report cannot be computed: {exc}"
+            ) from None
         return _report(by, labels, window, results)
 
 

@@ -193,7 +193,7 @@ USAGE = Endpoint(
             {"type": "string", "enum": ["json", "csv"]},
         ),
     ),
-    (400,),
+    (400, 422, 503),
     csv=True,
 )
 OPENAPI = Endpoint(f"{PREFIX}/openapi.json", "openapi", "This document (OpenAPI 3.1)", None)

@@ -33,6 +33,8 @@ class Error(_Model):
         "unsupported_media_type",
         "headers_too_large",
         "internal",
+        "too_many_samples",
+        "timeout",
     ]
     message: str = Field(description="What was wrong; a bad query parameter is named here.")
 
@@ -231,7 +233,12 @@ class UsageReport(_Model):
 class ApiError(Exception):
     """An answer in the error envelope."""
 
-    def __init__(self, status: int, error: Literal["not_found", "bad_request"], message: str):
+    def __init__(
+        self,
+        status: int,
+        error: Literal["not_found", "bad_request", "too_many_samples", "timeout"],
+        message: str,
+    ):
         super().__init__(message)
         self.status = status
         self.error = error

@@ -19,6 +19,8 @@ from collector.web.rest.models import JSON, Error
 _ERRORS = {
     400: ("BadRequest", "A query parameter is unknown, repeated or invalid; the message names it."),
     404: ("NotFound", "No such node or pod has data."),
+    422: ("TooManySamples", "The report would read more points than --query-max-samples."),
+    503: ("Timeout", "The report took longer than --query-timeout."),
 }
 
 
