@@ -35,6 +35,17 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         (["--flavours", "hami,nvidia"], "unknown flavours ['nvidia']"),
         (["--log-format", "xml"], "--log-format / HAMI_COLLECTOR_LOG_FORMAT"),
         (["--body-limit", "-1"], "--body-limit"),
+        (["--remote-write-url", "ftp://x/write"], "remote-write-url 'ftp://x/write'"),
+        (["--remote-write-url", "http:///write"], "remote-write-url"),
+        (["--external-label", "cluster"], "external-label 'cluster' must be NAME=VALUE"),
+        (["--external-label", "1x=a"], "external-label '1x=a'"),
+        (["--external-label", "node=a"], "external-label 'node'"),
+        (["--external-label", "a=1", "--external-label", "a=2"], "external-label 'a'"),
+        (["--external-label", "replica=a", "--replica", "b"], "external-label 'replica'"),
+        (["--remote-write-max-samples", "0"], "--remote-write-max-samples"),
+        (["--remote-write-shards", "100"], "--remote-write-shards"),
+        (["--remote-write-username", "u"], "remote-write-password-file go together"),
+        (["--remote-write-ca-file", "/nonexistent/ca.pem"], "remote-write-ca-file"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_setting(

@@ -24,7 +24,7 @@ from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 
 from collector.app import REMOTE
 from collector.batch import Batch, Source
-from collector.cli import ENV_PREFIX, main, parser
+from collector.cli import ENV_PREFIX, parser
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
@@ -272,31 +272,6 @@ def _destination(url: str, session: aiohttp.ClientSession, config: QueueConfig) 
     stats = RemoteStats(CollectorRegistry(), lambda: None)
     heads = encode.Heads([("cluster", "test")])
     return Destination(url, session, heads, stats.destination(url), config)
-
-
-@pytest.mark.parametrize(
-    ("args", "words"),
-    [
-        (["--remote-write-url", "ftp://x/write"], "remote-write-url 'ftp://x/write'"),
-        (["--remote-write-url", "http:///write"], "remote-write-url"),
-        (["--external-label", "cluster"], "external-label 'cluster' must be NAME=VALUE"),
-        (["--external-label", "1x=a"], "external-label '1x=a'"),
-        (["--external-label", "node=a"], "external-label 'node'"),
-        (["--external-label", "a=1", "--external-label", "a=2"], "external-label 'a'"),
-        (["--external-label", "replica=a", "--replica", "b"], "external-label 'replica'"),
-        (["--remote-write-max-samples", "0"], "--remote-write-max-samples"),
-        (["--remote-write-shards", "100"], "--remote-write-shards"),
-        (["--remote-write-username", "u"], "remote-write-password-file go together"),
-        (["--remote-write-ca-file", "/nonexistent/ca.pem"], "remote-write-ca-file"),
-    ],
-)
-def test_bad_remote_write_settings_exit_2_naming_them(
-    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["serve", "--no-kubernetes", *args])
-    assert info.value.code == 2
-    assert words in capsys.readouterr().err
 
 
 def test_list_flags_repeat_and_the_replica_is_an_external_label() -> None:
