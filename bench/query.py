@@ -104,6 +104,7 @@ from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import absent_mask
+from core import heap
 
 NODES = 1000
 SEED = 1
@@ -882,7 +883,7 @@ def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) ->
             written["prometheus_rss_mib"] = memory_mib(prometheus.process.pid).get("VmRSS", 0.0)
             phase("prometheus_fill")
 
-            gc.collect()
+            heap.sweep()  # what the app's heap task does a minute after the fill
             peer_cpu = cpu_seconds(prometheus.process.pid)
             instant, answer = timed(lambda: instant_query(QUERY, now, history), budget)
             ours_instant = from_ours(answer, now)
