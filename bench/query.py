@@ -43,7 +43,8 @@ or fewer is their maximum.
 ``--step 15`` fills the hour at 15 s instead (241 rounds); the headline range
 query keeps its 60 s step. The goal's other instant queries (``topk(10, ...)``,
 ``count by (namespace) (...)``) are timed in process and over HTTP beside the
-peer, and the dashboard is drawn over HTTP on both (:mod:`bench.dashboard`).
+peer, and the dashboard is drawn over HTTP on both (:mod:`bench.dashboard`),
+unless ``--no-dashboard`` is given.
 
 Peer, same run: a real Prometheus 2.42 holding the same samples: every point
 of the filled history (same series, timestamps and values), staleness markers
@@ -118,10 +119,14 @@ def _ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) -> dict[str, Any]:
+def run(
+    budget: Budget | None = None, nodes: int = NODES, step: float = STEP, panels: bool = True
+) -> dict[str, Any]:
     """Fill the app's store with an hour of the cluster, then time every query surface and the peer.
 
-    ``budget`` bounds the timed runs of each surface (default :class:`Budget`).
+    ``budget`` bounds the timed runs of each surface (default :class:`Budget`); ``panels``
+    False leaves the dashboard undrawn (at 15 s its raw-series panels answer ~300 MB each,
+    which takes each peer minutes a draw).
     """
     budget = budget or Budget()
     rounds = int(SPAN // step) + 1
@@ -202,7 +207,8 @@ def run(budget: Budget | None = None, nodes: int = NODES, step: float = STEP) ->
             ]
             peers = {"ours": (ours_base, PREFIX), "prometheus": (prometheus.base, "/api/v1")}
             targets += dashboard.instant_targets(peers, now)
-            targets += dashboard.panel_targets(peers, DASHBOARD, now - SPAN, now, step)
+            if panels:
+                targets += dashboard.panel_targets(peers, DASHBOARD, now - SPAN, now, step)
             if not rest_how.startswith("not present"):
                 targets.append(["rest_nodes", ours_base, "/api/v1/nodes"])
             spec: dict[str, Any] = {"targets": targets, "budget": asdict(budget), "out": folder}
@@ -367,11 +373,14 @@ def _lines(result: dict[str, Any]) -> Iterator[str]:
             goal = result["p99_goals"][f"{where}_{name}"]
             yield f"{where} {name}: p99 {goal['p99_ms']:.1f} ms; {_verdict(goal)}"
     dash = result["dashboard"]
-    yield (
-        f"dashboard ({dash['ours']['requests']} requests): ours {dash['ours']['p50_ms']:.0f} ms, "
-        f"prometheus {dash['prometheus']['p50_ms']:.0f} ms per draw (median of "
-        f"{dash['ours']['rounds']}), {dash['ratio_p50']:.2f}x"
-    )
+    if not dash["ours"]["requests"]:
+        yield "dashboard: not drawn (--no-dashboard)"
+    else:
+        yield (
+            f"dashboard ({dash['ours']['requests']} requests): ours {dash['ours']['p50_ms']:.0f} ms, "
+            f"prometheus {dash['prometheus']['p50_ms']:.0f} ms per draw (median of "
+            f"{dash['ours']['rounds']}), {dash['ratio_p50']:.2f}x"
+        )
     rest = result["rest_nodes"]
     yield (
         f"rest /api/v1/nodes: p50 {rest['p50_ms']:.1f} ms, p99 {rest['p99_ms']:.1f} ms "
@@ -397,7 +406,8 @@ def main(argv: list[str]) -> None:
         m[0]: int(m[1]) for m in re.findall(r"--(nodes|repeats|step)[= ](\d+)", " ".join(argv))
     }
     budget = QUICK if "--quick" in argv else Budget(options.get("repeats", REPEATS))
-    result = run(budget, options.get("nodes", NODES), float(options.get("step", STEP)))
+    panels = "--no-dashboard" not in argv
+    result = run(budget, options.get("nodes", NODES), float(options.get("step", STEP)), panels)
     print("\n".join(_lines(result)))
     if "--json" in argv:
         print(json.dumps(result, indent=2))
