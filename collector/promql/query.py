@@ -33,7 +33,7 @@ import numpy as np
 
 from collector.tsdb.series import Queryable, pairs_key
 
-from .arrays import IntArray
+from .arrays import IntArray, Vec
 from .evaluate import Evaluator
 from .limits import Limits
 from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query
@@ -111,12 +111,28 @@ class Prepared:
                 values = ev.scalar(root, at)[None, :]
                 return MatrixColumns([()], at, values, np.ones(values.shape, dtype=bool))
             vec = ev.vector(root, at)
-        keys = [pairs_key(labels) for labels in vec.labels]
-        index = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+        index = _label_order(vec)
         kept = vec.present[index].any(axis=1)
         index = index[kept]
         labels = [vec.labels[row] for row in index.tolist()]
         return MatrixColumns(labels, at, vec.values[index], vec.present[index])
+
+
+def _label_order(vec: Vec) -> IntArray:
+    """The rows of ``vec`` sorted by label set.
+
+    Rows still labelled as the storage keeps them (a raw selector's) are in
+    that order already by rank: the storage's order is by label set too.
+    """
+    maps, rank = vec.maps, vec.rank
+    if (
+        rank is not None
+        and maps is not None
+        and all(labels is m.pairs for labels, m in zip(vec.labels, maps, strict=True))
+    ):
+        return np.argsort(rank, kind="stable")
+    keys = [pairs_key(labels) for labels in vec.labels]
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
 
 
 def prepare_instant(
