@@ -155,6 +155,7 @@ async def test_a_new_connection_closed_unanswered_fails(monitor: Monitor) -> Non
     ("answer", "reason", "message"),
     [
         (reply(b"oops", status="500 Internal Server Error"), "http", "HTTP 500 Internal Server Error"),
+        (reply(b"x" * 2000, status="503 Busy"), "http", "HTTP 503 Busy"),
         (reply(b"x" * 2000), "too_large", "body of 2000 bytes > 1000"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" + b"x" * 2000, "too_large",
          "larger than 1000"),

@@ -63,6 +63,7 @@ class _Exchange(asyncio.Protocol):
         self._encoding = b""
         self._content_type = b""
         self._framed = False
+        self._length: int | None = None
         self._heard = False
         self._headers_done = False
         self._body = bytearray()
@@ -80,6 +81,7 @@ class _Exchange(asyncio.Protocol):
         self._answer = answer
         self._reason, self._encoding, self._content_type = b"", b"", b""
         self._framed = self._heard = self._headers_done = False
+        self._length = None
         self._body = bytearray()
         self._inflate = None
         self._time_limit = time_limit
@@ -139,8 +141,7 @@ class _Exchange(asyncio.Protocol):
             self._content_type = value
         elif name == b"content-length":
             self._framed = True
-            if value.strip().isdigit() and int(value) > self._limit:
-                raise ScrapeError("too_large", f"body of {int(value)} bytes > {self._limit}")
+            self._length = int(value) if value.strip().isdigit() else None
         elif name == b"transfer-encoding":
             self._framed = True
 
@@ -151,6 +152,8 @@ class _Exchange(asyncio.Protocol):
         if status != 200:
             reason = self._reason.decode("latin-1")
             raise ScrapeError("http", f"HTTP {status} {reason}")
+        if self._length is not None and self._length > self._limit:
+            raise ScrapeError("too_large", f"body of {self._length} bytes > {self._limit}")
         if self._encoding == b"gzip":
             self._inflate = Inflate("gzip", self._limit)
         elif self._encoding not in (b"identity", b""):

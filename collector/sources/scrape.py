@@ -161,7 +161,8 @@ class ScrapeLoop:
         # parsed once: parsing the URL string again on every scrape (its host through
         # ipaddress) cost more CPU than parsing a small body (py-spy, bench/scale.py)
         self._url = URL(target.url)
-        self._pull = Pull(self._url, config.body_limit) if self._url.scheme == "http" else None
+        plain = self._url.scheme == "http" and self._url.user is None
+        self._pull = Pull(self._url, config.body_limit) if plain else None
         self.health = Health()
         # a target whose answer is byte for byte the last one gives the same batch: its
         # digest (not the body, kilobytes a target) skips the normaliser
