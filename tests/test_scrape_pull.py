@@ -227,7 +227,7 @@ async def test_a_redirect_is_followed_and_an_unchanged_body_is_not_normalised_ag
     assert other != body
     location = monitor.url.replace("/metrics?x=1", "/moved")
     moved = send(reply(b"", f"Location: {location}", status="302 Found"))
-    # the kept connection gets the 302, aiohttp asks again and follows it; then kept again
+    # the kept connection gets the 302; aiohttp asks again, follows it, and pulls from then on
     monitor.answers = [moved, moved, send(reply(body)), send(reply(body)), send(reply(other))]
     normalised: list[bytes] = []
     original = Normaliser.normalise
@@ -252,6 +252,7 @@ async def test_a_redirect_is_followed_and_an_unchanged_body_is_not_normalised_ag
             loop.close()
     paths = [r.split(b" ")[1] for r in monitor.requests]
     assert paths == [b"/metrics?x=1", b"/metrics?x=1", b"/moved", b"/metrics?x=1", b"/metrics?x=1"]
+    assert monitor.connections == 2, "the kept connection's, then aiohttp's only"
     assert normalised == [body, other]
     first, again, changed = views
     assert again.series is first.series  # the same batch, put again

@@ -232,8 +232,9 @@ class ScrapeLoop:
         if self._pull is not None:
             try:
                 return await self._pull.get(timeout)
-            except Redirected:
-                pass
+            except Redirected:  # from now on aiohttp, which follows redirects, pulls it
+                self._pull.close()
+                self._pull = None
         return await fetch(self._session, self._url, timeout, limit)
 
     def _fail(self, reason: str, message: str, started: float) -> None:
