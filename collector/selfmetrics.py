@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.samples import Sample
 
 from collector import __version__
 from collector.allocation import REASONS
 from collector.batch import Batch, Source
-from collector.exposition.parse import parse
 from collector.exposition.render import format_value, render_header, series_key
 from collector.schema import Flavour
 from collector.store import Store
@@ -197,6 +197,11 @@ class SelfMetrics:
             return page.removesuffix(b"# EOF\n")
         return generate_latest(registry)
 
+    def registry_samples(self) -> Iterator[Sample]:
+        """The samples :meth:`render_registry` renders, as prometheus_client holds them."""
+        for metric in WithoutCreated(self.registry).collect():
+            yield from metric.samples
+
     def source_series(self) -> Iterator[tuple[str, dict[bytes, float]]]:
         """Each source's node and its per-source series, keyed without ``node``."""
         return self._sources.series()
@@ -314,14 +319,14 @@ class SelfHistory:
     def series(self) -> dict[str, dict[bytes, float]]:
         """Every own series by the node it names ("" for none), keyed without ``node``.
 
-        The per-source values are taken as they are, not rendered and parsed
-        back: at thousands of sources that parse was a tenth of the
-        collector's CPU (py-spy, ``bench/scale.py``).
+        The values are taken as they are, not rendered and parsed back: at
+        thousands of sources that parse was a tenth of the collector's CPU
+        (py-spy, ``bench/scale.py``).
         """
         by_node: dict[str, dict[bytes, float]] = {}
-        for sample in parse(self._metrics.render_registry()).samples:
-            node = next((value for name, value in sample.labels if name == "node"), "")
-            labels = [(name, value) for name, value in sample.labels if name != "node"]
+        for sample in self._metrics.registry_samples():
+            node = sample.labels.get("node", "")
+            labels = [(name, value) for name, value in sample.labels.items() if name != "node"]
             by_node.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
         for node, series in self._metrics.source_series():
             by_node.setdefault(node, {}).update(series)
