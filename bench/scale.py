@@ -242,7 +242,10 @@ def vmagent_config(targets: Path) -> str:
     """What an operator would write: file_sd (or kubernetes_sd) plus a rule that sets node."""
     return json.dumps(
         {
-            "global": {"scrape_interval": f"{INTERVAL:g}s", "scrape_timeout": f"{min(10.0, INTERVAL):g}s"},
+            "global": {
+                "scrape_interval": f"{INTERVAL:g}s",
+                "scrape_timeout": f"{min(10.0, INTERVAL):g}s",
+            },
             "scrape_configs": [
                 {
                     "job_name": "gpu-monitors",
