@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import pytest
-from helpers import eventually, holds
+from helpers import eventually, holds, running_collector
 from yarl import URL
 
 from collector.batch import Batch
@@ -258,3 +260,22 @@ async def test_a_redirect_is_followed_and_an_unchanged_body_is_not_normalised_ag
     assert again.series is first.series  # the same batch, put again
     assert changed.series != first.series
     assert loop.health.scrapes == 3
+
+
+async def test_a_removed_target_has_its_kept_connection_closed(
+    monitor: Monitor, tmp_path: Path
+) -> None:
+    node = build_cluster(1, seed=4, flavours=("hami",))[0]
+    node.step(1000.0)
+    monitor.answers = [send(reply(node.exposition(1000.0)))]
+    address = monitor.url.split("/")[2]
+    targets = tmp_path / "targets.json"
+    group = {"targets": [address], "labels": {"node": node.name, "flavour": "hami"}}
+    targets.write_text(json.dumps([group]))
+    async with running_collector(
+        kubernetes=False, targets_file=targets, interval=0.3, timeout=0.25
+    ):
+        await eventually(lambda: holds(len(monitor.requests) >= 3), 10, "scrapes")
+        assert monitor.connections == 1, "one kept connection for every scrape"
+        targets.write_text("[]")
+        await eventually(lambda: holds(monitor.closed == 1), 10, "the connection closed")
