@@ -8,7 +8,7 @@ from bench.report_table import Row, figure, mark, rate
 
 
 def scale_rows(s: dict[str, Any]) -> list[Row]:
-    """One collector pulling every monitor, beside vmagent (also in ``scale.md``)."""
+    """One collector pulling every monitor, beside vmagent and Prometheus (also in ``scale.md``)."""
     c, v = s["collector"], s["vmagent"]
     pulled = f"{s['nodes']:,} monitors pulled every {s['interval_s']:g} s"
     return [
@@ -27,6 +27,14 @@ def scale_rows(s: dict[str, Any]) -> list[Row]:
             f"vmagent 1.79 {v['cpu_us_per_sample']:.2f} us",
             f"{s['ratio_cpu_per_sample_vs_vmagent']:.2f}x",
             mark(s["meets_ratio"]),
+        ),
+        Row(
+            f"{pulled}: CPU per scraped sample, beside Prometheus",
+            f"{c['cpu_us_per_sample']:.2f} us",
+            "-",
+            f"Prometheus 2.42 {s['prometheus']['cpu_us_per_sample']:.2f} us",
+            f"{s['ratio_cpu_per_sample_vs_prometheus']:.2f}x",
+            "-",
         ),
     ]
 

@@ -1,4 +1,4 @@
-"""Thousands of monitors pulled by one collector, beside vmagent 1.79 on the same targets.
+"""Thousands of monitors pulled by one collector, beside vmagent 1.79 and Prometheus on the same targets.
 
 Why: the issue's goal is 5,000 nodes pulled every 15 s by one collector within
 1 core and 3 GiB RSS (default history), every node fresh, and a CPU cost per
@@ -19,14 +19,21 @@ Set-up, all on loopback:
   sets ``node`` from the target's ``__meta_kubernetes_pod_node_name`` label
   (as an operator's ``kubernetes_sd_configs`` would), same interval and
   timeout, remote-writing to an accept-all receiver (``bench.remote``'s sink).
+* second peer: Debian's Prometheus 2.42 with the same scrape configuration,
+  keeping what it scrapes in its own TSDB (as ours keeps its history).
 
-The two scrapers run one after the other against the same monitor process.
+The scrapers run one after the other against the same monitor process, in
+:data:`ROUNDS` rounds, the order reversed in every other round (the load of a
+shared machine drifts). ``BENCH_SCALE_BEFORE`` names another source tree of
+the collector (``git archive`` of an older commit) run as one more scraper
+with the same Python, so a change is measured against its base in one run.
 Each gets :data:`WARMUP_INTERVALS` intervals to settle, then
 :data:`MEASURED_INTERVALS` intervals are measured one by one (CPU from
-``/proc/PID/stat``, RSS, samples the monitors served); medians are reported.
+``/proc/PID/stat``, RSS, samples the monitors served); medians are reported,
+and each ratio is the median of the ratios taken within one round.
 Then freshness: for ours, every node has series on ``/metrics`` and its
-source is up with a success within two intervals; for vmagent, every target is
-up with a ``node`` label (``/api/v1/targets``).
+source is up with a success within two intervals; for the peers, every target
+is up with a ``node`` label (``/api/v1/targets``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import itertools
 import json
 import os
 import select
+import shutil
 import socket
 import statistics
 import subprocess
@@ -43,13 +51,14 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.farm import Monitors, start_monitors
 from bench.processes import cpu_seconds, memory_mib, stop
+from bench.scale_report import markdown
 from collector.demo.run import collector_flavour
-from collector.settings import CollectorSettings
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "5000"))
 """Simulated monitors (``BENCH_SCALE_NODES`` lowers it when the machine cannot serve them)."""
@@ -59,22 +68,26 @@ ALLOCATIONS = int(os.environ.get("BENCH_SCALE_ALLOCATIONS", "8"))
 INTERVAL = float(os.environ.get("BENCH_SCALE_INTERVAL", "15"))
 WARMUP_INTERVALS = 2
 MEASURED_INTERVALS = int(os.environ.get("BENCH_SCALE_INTERVALS", "4"))
+ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "1"))
+"""Rounds of every scraper; the order is reversed in every other round."""
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE = os.environ.get("BENCH_SCALE_BEFORE", "")
+"""Another source tree of the collector to run as the scraper ``before`` (empty: none)."""
 STARTUP_TIMEOUT = 120.0
 GOAL_CORES = 1.0
 GOAL_RSS_MIB = 3 * 1024.0
 GOAL_RATIO = 1.0
 """Our CPU per scraped sample over vmagent's, at most."""
-HISTORY_POINTS: int = CollectorSettings.model_fields["history_max_points"].default
-"""The default ``--history-max-points``."""
-HISTORY_BYTES = 33.0
-"""Bytes per kept history point with its series keys (``foundation.md``, query bench: 32.7)."""
 KEPT_UP = 0.98
 """Share of the targets a scraper must scrape in each interval (jitter aside) to keep up."""
-VMAGENT = Path(__file__).resolve().parent.parent / ".tools/victoria-metrics/usr/bin/vmagent"
+VMAGENT = ROOT / ".tools/victoria-metrics/usr/bin/vmagent"
+PROMETHEUS = ROOT / ".tools/prometheus/usr/bin/prometheus"
 RESULTS = Path(__file__).resolve().parent / "results"
 STEM = os.environ.get("BENCH_SCALE_RESULT", "scale")
 """Results go to ``bench/results/<STEM>.json`` and ``.md`` (another stem keeps a second shape)."""
 SELF = b"hami_usage_collector_"
+Scraper = Callable[[Path, Path, Monitors], dict[str, Any]]
+"""A scraper's phase: (work folder, its targets file, the monitors) to its figures."""
 
 
 def write_targets(work: Path, monitors: Monitors) -> tuple[Path, Path]:
@@ -204,14 +217,15 @@ def freshness(page: bytes, nodes: list[str], now: float) -> dict[str, Any]:
     }
 
 
-def ours(work: Path, targets: Path, monitors: Monitors) -> dict[str, Any]:
-    """The collector pulling every monitor: figures and freshness."""
+def ours(work: Path, targets: Path, monitors: Monitors, tree: Path = ROOT) -> dict[str, Any]:
+    """The collector (of source tree ``tree``) pulling every monitor: figures and freshness."""
     port, held = reserve()
     args = [sys.executable, "-m", "collector", "serve", "--no-kubernetes",
             f"--targets-file={targets}", f"--listen=127.0.0.1:{port}", "--log-level=warning",
             f"--interval={INTERVAL:g}"]  # fmt: skip
     with (work / "collector.log").open("wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log)
+        # run from the tree: ``-m`` finds its ``collector`` before the installed one
+        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=tree)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base + "/healthz", process)
@@ -228,7 +242,10 @@ def vmagent_config(targets: Path) -> str:
     """What an operator would write: file_sd (or kubernetes_sd) plus a rule that sets node."""
     return json.dumps(
         {
-            "global": {"scrape_interval": f"{INTERVAL:g}s", "scrape_timeout": "10s"},
+            "global": {
+                "scrape_interval": f"{INTERVAL:g}s",
+                "scrape_timeout": f"{min(10.0, INTERVAL):g}s",
+            },
             "scrape_configs": [
                 {
                     "job_name": "gpu-monitors",
@@ -250,7 +267,6 @@ def peer(work: Path, targets: Path, monitors: Monitors) -> dict[str, Any]:
     config = work / "vmagent.yml"
     config.write_text(vmagent_config(targets))
     sink = subprocess.Popen([sys.executable, "-m", "bench.remote", "sink"], stdout=subprocess.PIPE)
-    processes = [sink]
     try:
         assert sink.stdout is not None
         ready, _, _ = select.select([sink.stdout], [], [], STARTUP_TIMEOUT)
@@ -259,36 +275,57 @@ def peer(work: Path, targets: Path, monitors: Monitors) -> dict[str, Any]:
         sink_port = int(sink.stdout.readline())
         port, held = reserve()
         held.close()  # vmagent does not bind with SO_REUSEADDR; a port just freed is taken at once
+        shutil.rmtree(work / "vmagent-data", ignore_errors=True)
         args = [str(VMAGENT), f"-promscrape.config={config}",
                 f"-remoteWrite.url=http://127.0.0.1:{sink_port}/api/v1/write",
                 f"-remoteWrite.tmpDataPath={work / 'vmagent-data'}",
                 f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=ERROR",
                 "-promscrape.suppressScrapeErrors"]  # fmt: skip
-        with (work / "vmagent.log").open("wb") as log:
-            vm = subprocess.Popen(args, stdout=log, stderr=log)
-        processes.append(vm)
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(base + "/health", vm)
         sink_cpu = cpu_seconds(sink.pid)
-        figures = measure(vm, monitors)
-        targets_up = json.loads(get(base + "/api/v1/targets"))["data"]["activeTargets"]
-        labelled = {t["labels"].get("node") for t in targets_up if t["health"] == "up"}
+        figures = scraping_peer(work / "vmagent.log", args, f"http://127.0.0.1:{port}", "/health",
+                                monitors)  # fmt: skip
         sink_cpu = cpu_seconds(sink.pid) - sink_cpu
     finally:
-        for process in reversed(processes):
-            stop(process)
+        stop(sink)
+    return {**figures, "sink_cpu_s_while_measured": round(sink_cpu, 1)}
+
+
+def prometheus(work: Path, targets: Path, monitors: Monitors) -> dict[str, Any]:
+    """Prometheus scraping the same targets with the same configuration, into its TSDB."""
+    config = work / "prometheus.yml"
+    config.write_text(vmagent_config(targets))
+    port, held = reserve()
+    held.close()
+    shutil.rmtree(work / "prometheus-data", ignore_errors=True)
+    args = [str(PROMETHEUS), f"--config.file={config}",
+            f"--storage.tsdb.path={work / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=error"]  # fmt: skip
+    return scraping_peer(work / "prometheus.log", args, f"http://127.0.0.1:{port}", "/-/healthy",
+                         monitors)  # fmt: skip
+
+
+def scraping_peer(
+    log_path: Path, args: list[str], base: str, health: str, monitors: Monitors
+) -> dict[str, Any]:
+    """Start a peer scraper, measure it, check its targets are up with ``node``; stop it."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=log)
+    try:
+        wait_healthy(base + health, process)
+        figures = measure(process, monitors)
+        targets_up = json.loads(get(base + "/api/v1/targets"))["data"]["activeTargets"]
+        labelled = {t["labels"].get("node") for t in targets_up if t["health"] == "up"}
+    finally:
+        stop(process)
     expected = {n["node"] for n in monitors.nodes}
     return {
         **figures,
         "targets_up_with_node": len(expected & labelled),
         "every_target_up_with_node": expected <= labelled,
-        "sink_cpu_s_while_measured": round(sink_cpu, 1),
     }
 
 
-def phase(
-    name: str, fn: Callable[[Path, Path, Monitors], dict[str, Any]], *args: Any
-) -> dict[str, Any]:
+def phase(name: str, fn: Scraper, *args: Any) -> dict[str, Any]:
     print(f"scale: {name} ...", file=sys.stderr, flush=True)
     result = fn(*args)
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -296,25 +333,45 @@ def phase(
     return result
 
 
+def scrapers() -> dict[str, tuple[Scraper, bool]]:
+    """Each scraper by name, and whether it reads our targets file (else the peers')."""
+    table: dict[str, tuple[Scraper, bool]] = {
+        "collector": (ours, True),
+        "vmagent": (peer, False),
+        "prometheus": (prometheus, False),
+    }
+    if BEFORE:
+        return {"before": (partial(ours, tree=Path(BEFORE).resolve()), True), **table}
+    return table
+
+
 def run() -> dict[str, Any]:
-    """Both scrapers over the same monitors; write ``<STEM>.json`` and ``<STEM>.md``."""
+    """Every scraper over the same monitors, in rounds; write ``<STEM>.json`` and ``<STEM>.md``."""
     began = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
     monitors = start_monitors(NODES, CARDS, ALLOCATIONS, INTERVAL)
+    rounds: list[dict[str, dict[str, Any]]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
             work = Path(tmp)
-            targets, peer_targets = write_targets(work, monitors)
-            collector = phase("collector", ours, work, targets, monitors)
-            vmagent = phase("vmagent", peer, work, peer_targets, monitors)
+            files = write_targets(work, monitors)
+            table = scrapers()
+            for number in range(ROUNDS):
+                names = list(table) if number % 2 == 0 else list(reversed(table))
+                done = {}
+                for name in names:
+                    fn, own = table[name]
+                    done[name] = phase(name, fn, work, files[0] if own else files[1], monitors)
+                rounds.append(done)
         monitors_cpu = cpu_seconds(monitors.process.pid)
         monitors_rss = memory_mib(monitors.process.pid)["VmRSS"]
     finally:
         stop(monitors.process)
-    results = judge(collector, vmagent, monitors.nodes)
+    results = judge(rounds, monitors.nodes)
     results.update(
         load_average_before=load_before,
         wall_s=round(time.monotonic() - began, 1),
+        stem=STEM,
         monitors_process={"cpu_s": round(monitors_cpu, 1), "rss_mib": round(monitors_rss, 1)},
     )
     RESULTS.mkdir(exist_ok=True)
@@ -323,11 +380,35 @@ def run() -> dict[str, Any]:
     return results
 
 
-def judge(
-    collector: dict[str, Any], vmagent: dict[str, Any], nodes: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The figures against the goals, and the ratio to vmagent."""
-    ratio = collector["cpu_us_per_sample"] / vmagent["cpu_us_per_sample"]
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scraper's rounds as one: medians over every measured interval, the last checks."""
+    intervals = [i for run in runs for i in run["intervals"]]
+    out = summarise(intervals, max(run["rss_peak_mib"] for run in runs))
+    out["cpu_us_per_sample_by_round"] = [run["cpu_us_per_sample"] for run in runs]
+    for key in ("freshness", "targets_up_with_node", "sink_cpu_s_while_measured",
+                "load_average_after"):  # fmt: skip
+        if key in runs[-1]:
+            out[key] = runs[-1][key]
+    if "freshness" in runs[0]:
+        out["every_round_fresh"] = all(run["freshness"]["every_node_fresh"] for run in runs)
+    if "every_target_up_with_node" in runs[0]:
+        out["every_target_up_with_node"] = all(run["every_target_up_with_node"] for run in runs)
+    return out
+
+
+def ratios(rounds: list[dict[str, dict[str, Any]]], ours_: str, peer_: str) -> list[float]:
+    """``ours_``'s CPU per sample over ``peer_``'s, within each round."""
+    return [round(r[ours_]["cpu_us_per_sample"] / r[peer_]["cpu_us_per_sample"], 3) for r in rounds]
+
+
+def judge(rounds: list[dict[str, dict[str, Any]]], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures against the goals, and the ratios to the peers (medians of in-round ratios)."""
+    by_name = {name: pooled([r[name] for r in rounds]) for name in rounds[0]}
+    collector = by_name["collector"]
+    pairs = [("collector", "vmagent"), ("collector", "prometheus"), ("before", "vmagent"),
+             ("before", "prometheus"), ("collector", "before")]  # fmt: skip
+    by_round = {f"{a}/{b}": ratios(rounds, a, b) for a, b in pairs if a in by_name and b in by_name}
+    ratio = statistics.median(by_round["collector/vmagent"])
     samples = [n["samples"] for n in nodes]
     return {
         "nodes": NODES,
@@ -336,89 +417,23 @@ def judge(
         "samples_per_node_median": statistics.median(samples),
         "samples_per_round": sum(samples),
         "interval_s": INTERVAL,
+        "warmup_intervals": WARMUP_INTERVALS,
         "measured_intervals": MEASURED_INTERVALS,
-        "collector": collector,
-        "vmagent": vmagent,
+        "rounds": len(rounds),
+        "kept_up_share": KEPT_UP,
+        **by_name,
         "ratio_cpu_per_sample_vs_vmagent": round(ratio, 2),
+        "ratio_cpu_per_sample_vs_prometheus": round(
+            statistics.median(by_round["collector/prometheus"]), 2
+        ),
+        "ratios_by_round": by_round,
         "goals": {"cores": GOAL_CORES, "rss_mib": GOAL_RSS_MIB, "ratio": GOAL_RATIO},
         "collector_kept_up": collector["scrapes_per_interval"] >= KEPT_UP * NODES,
         "meets_cores": collector["cores"] <= GOAL_CORES,
         "meets_rss": collector["rss_peak_mib"] <= GOAL_RSS_MIB,
-        "meets_fresh": collector["freshness"]["every_node_fresh"],
+        "meets_fresh": collector["every_round_fresh"],
         "meets_ratio": ratio <= GOAL_RATIO,
     }
-
-
-def markdown(r: dict[str, Any]) -> str:
-    """``scale.md``: the set-up, the figures next to the goals, and each interval."""
-    c, v, f = r["collector"], r["vmagent"], r["collector"]["freshness"]
-    kept_up = c["scrapes_per_interval"] >= KEPT_UP * r["nodes"]
-
-    def mark(ok: bool) -> str:
-        return "yes" if ok else "NO"
-
-    rows = [
-        ("collector CPU (median of intervals)", f"{c['cores']:.3f} cores",
-         f"<= {GOAL_CORES:g} core, every target scraped", mark(r["meets_cores"] and kept_up)),
-        ("collector RSS (peak)", f"{c['rss_peak_mib']:,.0f} MiB",
-         f"<= {GOAL_RSS_MIB:,.0f} MiB", mark(r["meets_rss"])),
-        ("scrapes per interval: collector / vmagent",
-         f"{c['scrapes_per_interval']:,.0f} / {v['scrapes_per_interval']:,.0f} of "
-         f"{r['nodes']:,}", f"{r['nodes']:,} each",
-         mark(kept_up and v["scrapes_per_interval"] >= KEPT_UP * r["nodes"])),
-        ("every node fresh (series on /metrics, source up, success within 2 intervals)",
-         f"{f['fresh']:,} of {f['nodes']:,}", "all", mark(r["meets_fresh"])),
-        ("CPU per scraped sample: collector / vmagent 1.79",
-         f"{c['cpu_us_per_sample']:.2f} / {v['cpu_us_per_sample']:.2f} us = "
-         f"{r['ratio_cpu_per_sample_vs_vmagent']:.2f}x",
-         f"<= {GOAL_RATIO:g}x", mark(r["meets_ratio"])),
-    ]  # fmt: skip
-    lines = [
-        "# Scale: one collector pulling every monitor, beside vmagent",
-        "",
-        f"{r['nodes']:,} simulated monitors ({r['cards_per_node']} cards, "
-        f"{r['allocations_per_node']} vGPU allocations a node: median "
-        f"{r['samples_per_node_median']:,.0f} samples a body, {r['samples_per_round']:,} a "
-        f"round; the demo's exact upstream expositions, every flavour) served by one process "
-        f"on 127.x addresses, pulled every {r['interval_s']:g} s by one collector "
-        "(`--no-kubernetes --targets-file`, default history), then by vmagent 1.79 "
-        "(file_sd + relabelling to add `node`, remote write to an accept-all receiver). "
-        f"Medians of {r['measured_intervals']} intervals after "
-        f"{WARMUP_INTERVALS} of warm-up. 2 shared CPUs: load average "
-        f"{', '.join(map(str, r['load_average_before']))} before, "
-        f"{', '.join(map(str, v['load_average_after']))} after; {r['wall_s']:g} s in all. "
-        "See `bench/scale.py`.",
-        "",
-        "| figure | measured | goal | meets goal |",
-        "| --- | --- | --- | --- |",
-        *(f"| {a} | {b} | {g} | {ok} |" for a, b, g, ok in rows),
-        "",
-        "| per interval (median) | collector | vmagent 1.79 |",
-        "| --- | --- | --- |",
-        f"| CPU, cores | {c['cores']:.3f} | {v['cores']:.3f} |",
-        f"| RSS, MiB (max of intervals / peak) | {c['rss_mib']:,.0f} / {c['rss_peak_mib']:,.0f} "
-        f"| {v['rss_mib']:,.0f} / {v['rss_peak_mib']:,.0f} |",
-        f"| scrapes served | {c['scrapes_per_interval']:,.0f} | {v['scrapes_per_interval']:,.0f} |",
-        f"| samples served | {c['samples_per_interval']:,.0f} | {v['samples_per_interval']:,.0f} |",
-        f"| CPU per scraped sample, us | {c['cpu_us_per_sample']:.3f} | "
-        f"{v['cpu_us_per_sample']:.3f} |",
-        f"| monitor process, cores | {c['monitors_cores']:.3f} | {v['monitors_cores']:.3f} |",
-        f"| freshness | {f['fresh']:,} of {f['nodes']:,} nodes fresh; /metrics "
-        f"{f['page_bytes'] / 1e6:.0f} MB | {v['targets_up_with_node']:,} targets up with "
-        "`node` |",
-        "",
-        f"RSS is taken {r['wall_s'] / 60:.0f} minutes into the run, before the default history "
-        f"is full: its cap ({HISTORY_POINTS / 1e6:.0f}M points, at most ~{HISTORY_BYTES:.0f} B a "
-        f"point with series keys, as measured by the query bench) bounds what it adds to "
-        f"~{HISTORY_POINTS * HISTORY_BYTES / 2**20:,.0f} MiB, so the steady RSS here stays under "
-        f"{c['rss_peak_mib'] + HISTORY_POINTS * HISTORY_BYTES / 2**20:,.0f} MiB. "
-        "vmagent's CPU excludes the receiver's "
-        f"({v['sink_cpu_s_while_measured']} CPU-s while measured). The monitors are charged "
-        "to nobody: each scraper's samples are those the monitor process counted as served "
-        f"while it was measured. Details and every interval: `{STEM}.json`.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

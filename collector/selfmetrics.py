@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.samples import Sample
 
 from collector import __version__
 from collector.allocation import REASONS
 from collector.batch import Batch, Source
-from collector.exposition.parse import parse
 from collector.exposition.render import format_value, render_header, series_key
 from collector.schema import Flavour
 from collector.store import Store
@@ -187,13 +187,24 @@ class SelfMetrics:
         The per-source families (thousands of series) come from our own cached
         lines; prometheus_client renders the few others.
         """
+        return [self.render_registry(openmetrics), *self._sources.render(openmetrics)]
+
+    def render_registry(self, openmetrics: bool = False) -> bytes:
+        """Render the families prometheus_client holds: all but the per-source ones."""
         registry = WithoutCreated(self.registry)
         if openmetrics:
             page: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
-            page = page.removesuffix(b"# EOF\n")
-        else:
-            page = generate_latest(registry)
-        return [page, *self._sources.render(openmetrics)]
+            return page.removesuffix(b"# EOF\n")
+        return generate_latest(registry)
+
+    def registry_samples(self) -> Iterator[Sample]:
+        """The samples :meth:`render_registry` renders, as prometheus_client holds them."""
+        for metric in WithoutCreated(self.registry).collect():
+            yield from metric.samples
+
+    def source_series(self) -> Iterator[tuple[str, dict[bytes, float]]]:
+        """Each source's node and its per-source series, keyed without ``node``."""
+        return self._sources.series()
 
 
 class _SourceTable:
@@ -209,6 +220,8 @@ class _SourceTable:
         self._values: dict[str, dict[str, float]] = {}
         self._keys: dict[str, tuple[Source, dict[str, bytes]]] = {}
         self._lines: dict[str, dict[str, bytes]] = {}
+        self._unplaced: dict[str, dict[str, bytes]] = {}
+        """Each source's keys without ``node``, for the history: made once, not parsed back."""
 
     def set(self, source: Source, **values: float) -> None:
         known = self._keys.get(source.id)
@@ -218,6 +231,10 @@ class _SourceTable:
             labels = (("kind", source.kind), ("node", source.node), ("source", source.name))
             keys = {name: series_key(_PREFIX + name, labels) for name, _ in _SOURCE_FAMILIES}
             known = self._keys[source.id] = (source, keys)
+            unplaced = (("kind", source.kind), ("source", source.name))
+            self._unplaced[source.id] = {
+                name: series_key(_PREFIX + name, unplaced) for name, _ in _SOURCE_FAMILIES
+            }
         keys = known[1]
         current = self._values.setdefault(source.id, {})
         current.update(values)
@@ -229,6 +246,13 @@ class _SourceTable:
         self._values.pop(source.id, None)
         self._keys.pop(source.id, None)
         self._lines.pop(source.id, None)
+        self._unplaced.pop(source.id, None)
+
+    def series(self) -> Iterator[tuple[str, dict[bytes, float]]]:
+        for source_id, values in self._values.items():
+            keys = self._unplaced[source_id]
+            node = self._keys[source_id][0].node
+            yield node, {keys[name]: value for name, value in values.items()}
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -292,14 +316,25 @@ class SelfHistory:
         self._history = history
         self._nodes: set[str] = set()
 
+    def series(self) -> dict[str, dict[bytes, float]]:
+        """Every own series by the node it names ("" for none), keyed without ``node``.
+
+        The values are taken as they are, not rendered and parsed back: at
+        thousands of sources that parse was a tenth of the collector's CPU
+        (py-spy, ``bench/scale.py``).
+        """
+        by_node: dict[str, dict[bytes, float]] = {}
+        for sample in self._metrics.registry_samples():
+            node = sample.labels.get("node", "")
+            labels = [(name, value) for name, value in sample.labels.items() if name != "node"]
+            by_node.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+        for node, series in self._metrics.source_series():
+            by_node.setdefault(node, {}).update(series)
+        return by_node
+
     def record(self, now: float) -> None:
         """Record every own series at ``now`` (wall time); a node no longer named gets markers."""
-        page = b"".join(self._metrics.render(openmetrics=False))
-        by_node: dict[str, dict[bytes, float]] = {}
-        for sample in parse(page).samples:
-            node = next((value for name, value in sample.labels if name == "node"), "")
-            labels = [(name, value) for name, value in sample.labels if name != "node"]
-            by_node.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+        by_node = self.series()
         for node in self._nodes - by_node.keys():
             self._history.forget(node, SELF_SOURCE, ())
         for node, series in by_node.items():

@@ -8,8 +8,15 @@ from typing import Any
 import aiohttp
 from helpers import eventually, scraping_collector
 
+from collector.batch import Batch, Source
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
+from collector.exposition.parse import parse
+from collector.exposition.render import series_key
+from collector.schema import SourceKind
+from collector.selfmetrics import SelfHistory, SelfMetrics
+from collector.store import Store
+from collector.tsdb.history import History
 
 
 async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:
@@ -38,3 +45,34 @@ async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:
         assert {s["metric"]["node"] for s in by_node} == {n.name for n in nodes}
         async with http.get(f"{base}/prometheus/api/v1/label/node/values") as resp:
             assert "" not in (await resp.json())["data"]
+
+
+def test_what_the_history_gets_is_what_the_page_shows() -> None:
+    """The per-source values go to the history as they are; the page says the same."""
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    scraped = Source("uid-1", "gpu/monitor-a", "n1", SourceKind.HAMI, 0)
+    failing = Source("uid-2", "gpu/monitor-b", "n2", SourceKind.VOLCANO, 1)
+    metrics.scraped(scraped, 0.012, Batch({b"a": 1.0}, samples=7), 1_700_000_000.5)
+    metrics.scraped(failing, 0.25, Batch({}, samples=3), 1_700_000_001.0)
+    metrics.failed(failing, 0.8, "timeout")
+    agent = Source("agent/n3", "agent n3-1", "n3", SourceKind.AGENT, 0)
+    metrics.pushed(agent, Batch({}, samples=2), 0, 1_700_000_002.0)
+    renamed = Source("agent/n3", "agent n3-2", "n3", SourceKind.AGENT, 0)
+    metrics.pushed(renamed, Batch({}, samples=4), 0, 1_700_000_003.0)
+    gone = Source("uid-9", "gpu/monitor-z", "n9", SourceKind.KAI, 0)
+    metrics.scraped(gone, 0.1, Batch({}), 1.0)
+    metrics.forget(gone)
+
+    page = b"".join(metrics.render(openmetrics=False))
+    expected: dict[str, dict[bytes, float]] = {}
+    for sample in parse(page).samples:
+        node = dict(sample.labels).get("node", "")
+        labels = [(k, v) for k, v in sample.labels if k != "node"]
+        expected.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+    got = SelfHistory(metrics, History()).series()
+    assert got == expected
+    assert set(got) == {"", "n1", "n2", "n3"}
+    up = b'hami_usage_collector_source_up{kind="volcano",source="gpu/monitor-b"}'
+    assert got["n2"][up] == 0.0
+    assert not any(b"n3-1" in key for key in got["n3"]), "a renamed source's old series are gone"

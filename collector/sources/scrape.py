@@ -11,6 +11,7 @@ and starts the loop again.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import zlib
@@ -26,6 +27,7 @@ from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.inflate import Inflate, InflateError
+from collector.sources.pull import ACCEPT, Pull, Redirected, ScrapeError
 from collector.sources.targets import Target
 from collector.store import Store
 from core.content import OPENMETRICS_CONTENT_TYPE
@@ -33,17 +35,8 @@ from core.tasks import Supervised, Supervisor
 
 log = logging.getLogger(__name__)
 
-ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 IN_FLIGHT = 256
 """Scrapes in flight at once, over every target; the rest wait for a slot."""
-
-
-class ScrapeError(Exception):
-    """A failed scrape; ``reason`` is one fixed word for metrics."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +55,7 @@ async def fetch(
 ) -> tuple[bytes, bool]:
     """GET ``url``; return the (decompressed) body and whether it is OpenMetrics.
 
+    For what :class:`~collector.sources.pull.Pull` leaves out: https, redirects.
     Gzip is inflated here, not by aiohttp: aiohttp takes a gzip stream that
     ends early (a monitor or proxy that died mid-body) for a whole one and
     hands on the prefix, whose last line may even parse, with a cut value.
@@ -167,7 +161,12 @@ class ScrapeLoop:
         # parsed once: parsing the URL string again on every scrape (its host through
         # ipaddress) cost more CPU than parsing a small body (py-spy, bench/scale.py)
         self._url = URL(target.url)
+        plain = self._url.scheme == "http" and self._url.user is None
+        self._pull = Pull(self._url, config.body_limit) if plain else None
         self.health = Health()
+        # a target whose answer is byte for byte the last one gives the same batch: its
+        # digest (not the body, kilobytes a target) skips the normaliser
+        self._last: tuple[bytes, Batch] | None = None
 
     async def run(self) -> None:
         """Scrape forever; every scrape error is recorded, none ends the loop."""
@@ -208,15 +207,35 @@ class ScrapeLoop:
             log.info("target %s (node %s) recovered", self.target.name, self.target.node)
         self.health.succeeded(duration, batch.samples)
 
+    def close(self) -> None:
+        """Close the target's kept connection (the loop has stopped)."""
+        if self._pull is not None:
+            self._pull.close()
+
     async def _scrape(self) -> Batch:
         async with self._slots:
-            body, openmetrics = await fetch(
-                self._session, self._url, self._config.timeout, self._config.body_limit
-            )
+            body, openmetrics = await self._fetch()
+        digest = hashlib.blake2b(
+            body, digest_size=16, person=b"om" if openmetrics else b""
+        ).digest()
+        if self._last is not None and self._last[0] == digest:
+            return self._last[1]
         try:
-            return self._normaliser.normalise(body, openmetrics)
+            batch = self._normaliser.normalise(body, openmetrics)
         except ValueError as exc:
             raise ScrapeError("parse", str(exc)) from None
+        self._last = digest, batch
+        return batch
+
+    async def _fetch(self) -> tuple[bytes, bool]:
+        timeout, limit = self._config.timeout, self._config.body_limit
+        if self._pull is not None:
+            try:
+                return await self._pull.get(timeout)
+            except Redirected:  # from now on aiohttp, which follows redirects, pulls it
+                self._pull.close()
+                self._pull = None
+        return await fetch(self._session, self._url, timeout, limit)
 
     def _fail(self, reason: str, message: str, started: float) -> None:
         duration = time.monotonic() - started
@@ -303,6 +322,7 @@ class ScrapeManager:
         await self._tasks.stop(self._loops[t][1] for t in targets)
         for target in targets:
             loop, _ = self._loops.pop(target)
+            loop.close()
             self._store.remove(target.key)
             self._metrics.forget(loop.source)
 
