@@ -25,9 +25,9 @@ no push is skipped as a replay. Phases, in order:
   falls behind shows it (no coordinated omission), and pushes still unsent
   when the window closes are counted; then the same at half that rate;
 * visible: with the filled nodes in the store and no other load, a changed
-  value is pushed and ``/metrics`` (``Accept-Encoding: identity``) is read
-  until it shows; the page rebuild and its transfer dominate. One more sample
-  asks for gzip, as Prometheus does.
+  value is pushed, and the time until the collector has the gzip page that
+  holds it is measured by a cheap probe (see :func:`visible`); each sample is
+  checked by reading the whole page.
 
 This machine may run other work: figures per collector CPU second are steadier
 than rates per wall-clock second; the load average at the start is reported.
@@ -97,7 +97,7 @@ LIGHT_SECONDS = 3.0
 SATURATED_SECONDS = 4.0
 CONNECTIONS = 16
 """Pushes kept in flight back to back (fill and saturated phases)."""
-VISIBLE_SAMPLES = 3
+VISIBLE_SAMPLES = 5
 VISIBLE_TIMEOUT = 30.0
 """Seconds one push-to-visible sample may take before it is given up."""
 STARTUP_TIMEOUT = 30.0
@@ -449,18 +449,40 @@ async def scrape(
     return found, head, time.perf_counter() - start, size
 
 
+async def probe(session: aiohttp.ClientSession, base: str) -> tuple[float, int]:
+    """HEAD /metrics with gzip: seconds until the collector has the current gzip page, its bytes.
+
+    The collector answers HEAD through the same build as GET (only the body is
+    left out), so its answer comes once the page of the store's current
+    generation is built and ready to send; an unchanged page answers at once.
+    """
+    start = time.perf_counter()
+    async with session.head(base + "/metrics", headers={"Accept-Encoding": "gzip"}) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HEAD /metrics answered {resp.status}")
+        return time.perf_counter() - start, resp.content_length or 0
+
+
 async def visible(session: aiohttp.ClientSession, base: str, nodes: int) -> dict[str, Any]:
-    """Push a changed value, then read /metrics until it shows; ``VISIBLE_SAMPLES`` times."""
-    _, _, first, size = await scrape(session, base, b"\x00")  # renders every node once
+    """Push a changed value and time until the gzip page holds it; ``VISIBLE_SAMPLES`` times.
+
+    How visibility is measured: a push is in the store when it is answered
+    (204), and every page built after that holds it. So a sample is the time
+    from sending the push to the answer of a :func:`probe` sent right after
+    the 204: the push, then the page build that includes it (what the next
+    scrape is served). Reading the whole page to find the value would time the
+    client, not the collector: at 5,000 nodes the gzip page is ~40 MB that
+    inflates to ~300 MB in this process. Each sample is then checked, untimed:
+    one full gzip GET must hold the pushed value (its time, push to found, is
+    reported beside, as the old way of measuring). Prometheus scrapes gzip all
+    along, so the gzip page is built once before the samples (that first build
+    compresses every node and is reported on its own).
+    """
+    first_gzip, size = await probe(session, base)
     delays: list[float] = []
     accepts: list[float] = []
-    heads: list[float] = []
-    polls = 0
-    gzipped = 0.0
-    for k in range(VISIBLE_SAMPLES + 1):
-        encoding = "identity" if k < VISIBLE_SAMPLES else "gzip"
-        if k == VISIBLE_SAMPLES:  # Prometheus scrapes gzip all along: its members are warm
-            await scrape(session, base, b"\x00", encoding)
+    reads: list[float] = []
+    for k in range(VISIBLE_SAMPLES):
         node = (k * 997) % nodes
         marker = 7_000_000_000 + k * 1_000_003 + 17
         now = time.time()
@@ -472,30 +494,23 @@ async def visible(session: aiohttp.ClientSession, base: str, nodes: int) -> dict
         accepts.append(time.perf_counter() - start)
         if phase.accepted != 1:
             raise RuntimeError(f"push-to-visible push refused: {dict(phase.statuses)}")
-        while time.perf_counter() - start < VISIBLE_TIMEOUT:
-            polls += 1
-            found, head, _, _ = await scrape(session, base, needle, encoding)
-            if not found:
-                continue
-            if encoding == "gzip":
-                gzipped = time.perf_counter() - start
-            else:
-                delays.append(time.perf_counter() - start)
-                heads.append(head)
-            break
-    transfers = [d - a - h for d, a, h in zip(delays, accepts, heads, strict=False)]
+        await probe(session, base)
+        delays.append(time.perf_counter() - start)
+        found, _, _, _ = await scrape(session, base, needle, "gzip")
+        if not found:
+            raise RuntimeError(f"the pushed value of {node_name(node)} is not on the gzip page")
+        reads.append(time.perf_counter() - start)
+    builds = [d - a for d, a in zip(delays, accepts, strict=True)]
     return {
         "samples": len(delays),
         "asked": VISIBLE_SAMPLES,
-        "polls": polls,
-        "page_mib": size / (1 << 20),
-        "first_page_s": first,
+        "gzip_page_mib": size / (1 << 20),
+        "first_gzip_page_s": first_gzip,
         "accept_ms_median": statistics.median(accepts) * 1e3,
-        "rebuild_ms_median": statistics.median(heads) * 1e3 if heads else 0.0,
-        "transfer_ms_median": statistics.median(transfers) * 1e3 if transfers else 0.0,
+        "rebuild_ms_median": statistics.median(builds) * 1e3,
+        "full_read_ms_median": statistics.median(reads) * 1e3,
         "visible_p50_ms": percentile(delays, 50) * 1e3,
         "visible_p99_ms": percentile(delays, 99) * 1e3,
-        "visible_gzip_ms": gzipped * 1e3,
     }
 
 
@@ -739,22 +754,22 @@ def _load_lines(result: dict[str, Any]) -> list[Line]:
 
 
 def _visible_lines(seen: dict[str, Any]) -> list[Line]:
-    """Push-to-visible, its page rebuild and transfer, and the one gzip sample."""
+    """Push-to-visible on the gzip page, its page build, and the full read beside."""
     return [
         (
-            "push-to-visible p50 / p99 ms",
+            "push-to-visible, gzip page built, p50 / p99 ms",
             f"{seen['visible_p50_ms']:,.0f} / {seen['visible_p99_ms']:,.0f}",
             f"p99 <= {GOAL_VISIBLE_P99_MS:g}",
         ),
         (
-            "  page rebuild / transfer ms (median)",
-            f"{seen['rebuild_ms_median']:,.0f} / {seen['transfer_ms_median']:,.0f}",
-            f"page {seen['page_mib']:,.0f} MiB, first build {seen['first_page_s']:.1f} s",
+            "  accept / page build ms (median)",
+            f"{seen['accept_ms_median']:,.0f} / {seen['rebuild_ms_median']:,.0f}",
+            f"first gzip build {seen['first_gzip_page_s']:.1f} s (every node)",
         ),
         (
-            "  push-to-visible with gzip (1 sample) ms",
-            f"{seen['visible_gzip_ms']:,.0f}",
-            "what Prometheus asks for",
+            "  push to value found by a full gzip read ms",
+            f"{seen['full_read_ms_median']:,.0f}",
+            f"gzip page {seen['gzip_page_mib']:,.0f} MiB (the client inflates it all)",
         ),
     ]
 

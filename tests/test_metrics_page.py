@@ -186,6 +186,49 @@ def test_gzip_page_recompresses_only_what_changed() -> None:
     )
 
 
+def test_a_page_kept_up_to_date_equals_one_built_from_scratch() -> None:
+    """Nodes changed, added between others, removed, or losing a family: the kept page follows.
+
+    More nodes than one gzip block holds, so changes land inside blocks and
+    shift the blocks after them.
+    """
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    page = MetricsPage(store, metrics)
+
+    def put(node: str, value: int, extra: bool) -> None:
+        body = b'hami_vgpu_memory_used_bytes{container="c",pod="p"} %d\n' % value
+        if extra:
+            body += b'HostCoreUtilization{deviceidx="0",deviceuuid="G"} %d\nmy_own 1\n' % value
+        store.put(Source(node, node, node, SourceKind.HAMI, 1), Normaliser(node).normalise(body), 0)
+
+    for i in range(0, 40, 2):
+        put(f"n{i:02d}", i, extra=i % 3 == 0)
+    steps = [
+        lambda: put("n10", 99, extra=True),
+        lambda: put("n07", 7, extra=True),  # between two nodes: later blocks move
+        lambda: store.remove("n00"),
+        lambda: put("n12", 12, extra=False),  # loses two families
+        lambda: [store.remove(f"n{i:02d}") for i in range(0, 40, 6)],
+        lambda: [put(node, 1, extra=False) for node in ("n07", "n10")],  # families gone
+        lambda: put("n99", 1, extra=True),  # and back
+    ]
+
+    async def pages() -> tuple[bytes, bytes, bytes]:
+        zipped = b"".join(await page.body(False, True))
+        plain = b"".join(await page.body(False, False))
+        fresh = b"".join(await MetricsPage(store, metrics).body(False, False))
+        return gzip.decompress(zipped), plain, fresh
+
+    for step in [lambda: None, *steps]:
+        step()
+        zipped, plain, fresh = asyncio.run(pages())
+        assert zipped == plain == fresh
+    assert b"my_own" in plain
+    assert b'node="n07"' in plain
+    assert b'node="n00"' not in plain
+
+
 async def test_real_prometheus_reads_the_gzip_page(tmp_path: Path) -> None:
     async with (
         running_collector(kubernetes=False, stale_after=3600) as (base, app),

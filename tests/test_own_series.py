@@ -8,8 +8,15 @@ from typing import Any
 import aiohttp
 from helpers import eventually, scraping_collector
 
+from collector.batch import Source
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
+from collector.exposition.parse import parse
+from collector.exposition.render import series_key
+from collector.normalise import Normaliser
+from collector.schema import SourceKind
+from collector.selfmetrics import SelfMetrics
+from collector.store import Store
 
 
 async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:
@@ -38,3 +45,24 @@ async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:
         assert {s["metric"]["node"] for s in by_node} == {n.name for n in nodes}
         async with http.get(f"{base}/prometheus/api/v1/label/node/values") as resp:
             assert "" not in (await resp.json())["data"]
+
+
+def test_own_series_are_the_page_s_own_lines_by_node() -> None:
+    """What the history records of our own metrics is what the page shows, ``node`` taken out."""
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    for node, kind in (("n1", SourceKind.HAMI), ("n2", SourceKind.AGENT)):
+        source = Source(f"id-{node}", f"{node}-monitor", node, kind, 1)
+        batch = Normaliser(node).normalise(
+            b'hami_vgpu_memory_used_bytes{container="c",pod="p"} 5\n'
+        )
+        store.put(source, batch, 0)
+        metrics.scraped(source, 0.25, batch, 1.7e9)
+    metrics.failed(Source("id-n3", "n3-monitor", "n3", SourceKind.HAMI, 1), 1.5, "timeout")
+    expected: dict[str, dict[bytes, float]] = {}
+    for sample in parse(b"".join(metrics.render(openmetrics=False))).samples:
+        node = dict(sample.labels).get("node", "")
+        labels = [(name, value) for name, value in sample.labels if name != "node"]
+        expected.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+    assert metrics.series() == expected
+    assert {"", "n1", "n2", "n3"} <= expected.keys()
