@@ -226,13 +226,14 @@ class _SourceTable:
         # instance name is the same source renamed, so its old lines must go, not linger.
         self._values: dict[str, dict[str, float]] = {}
         self._keys: dict[str, tuple[Source, dict[str, bytes], dict[str, bytes]]] = {}
-        self._lines: dict[str, dict[str, bytes]] = {}
+        # per family, each source's line: a page build copies each family's lines in one go
+        self._lines: dict[str, dict[str, bytes]] = {name: {} for name, _ in _SOURCE_FAMILIES}
 
     def set(self, source: Source, **values: float) -> None:
         known = self._keys.get(source.id)
         if known is None or known[0] != source:
             if known is not None:  # renamed or moved: its old labels describe nothing now
-                self._values.pop(source.id, None)
+                self.forget(source)
             labels = (("kind", source.kind), ("source", source.name))
             keys, bare = {}, {}
             for name, _ in _SOURCE_FAMILIES:
@@ -240,16 +241,15 @@ class _SourceTable:
                 bare[name] = series_key(_PREFIX + name, labels)
             known = self._keys[source.id] = (source, keys, bare)
         keys = known[1]
-        current = self._values.setdefault(source.id, {})
-        current.update(values)
-        self._lines[source.id] = {
-            name: b"%s %s\n" % (keys[name], format_value(value)) for name, value in current.items()
-        }
+        self._values.setdefault(source.id, {}).update(values)
+        for name, value in values.items():
+            self._lines[name][source.id] = b"%s %s\n" % (keys[name], format_value(value))
 
     def forget(self, source: Source) -> None:
         self._values.pop(source.id, None)
         self._keys.pop(source.id, None)
-        self._lines.pop(source.id, None)
+        for lines in self._lines.values():
+            lines.pop(source.id, None)
 
     def series(self) -> Iterator[tuple[str, bytes, float]]:
         """Each source's series: its node, the key without ``node``, the value."""
@@ -259,13 +259,13 @@ class _SourceTable:
                 yield source.node, bare[name], value
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return len(self._values)
 
     def render(self, openmetrics: bool) -> list[bytes]:
         parts = []
         for name, help_text in _SOURCE_FAMILIES:
             parts.append(render_header(_PREFIX + name, "gauge", help_text, openmetrics))
-            parts.extend(lines[name] for lines in self._lines.values() if name in lines)
+            parts += self._lines[name].values()
         return parts
 
 

@@ -118,7 +118,12 @@ class _Family:
 
 
 _Todo = list[tuple[str, int, int, list[bytes]]]
-"""Blocks whose member is not made yet: (family, block, stamp, lines)."""
+"""Blocks whose member is not made yet: (family, block, stamp, lines); family "" for our own."""
+
+_OwnBlock = tuple[bytes, ...]
+
+_BLOCK_LINES = 64
+"""Lines of our own metrics per gzip member (thousands of per-source lines, few change at once)."""
 
 
 class MetricsPage:
@@ -140,6 +145,7 @@ class MetricsPage:
         self._nodes: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._families: dict[str, _Family] = {}
         self._header_members: dict[bytes, bytes] = {}
+        self._own_members: dict[bool, dict[_OwnBlock, bytes]] = {False: {}, True: {}}
         self._plain: dict[bool, tuple[tuple[int, int], list[bytes]]] = {}
         self._gzip: dict[bool, tuple[tuple[int, int], asyncio.Future[list[bytes]]]] = {}
 
@@ -187,7 +193,7 @@ class MetricsPage:
             family = self._families[name]
             parts.append(render_header(name, family.meta.type, family.meta.help, openmetrics))
             parts += family.plain
-        parts.append(self._own(openmetrics))
+        parts += self._own(openmetrics)
         self._plain[openmetrics] = (version, parts)
         return parts
 
@@ -198,20 +204,27 @@ class MetricsPage:
         if cached is None or cached[0] != version:
             # taken before the build's task starts, so our own metrics do not count it
             self._sync()
-            own = self._own(openmetrics)
+            kept = self._own_members[openmetrics]
+            own = {block: kept.get(block) for block in self._own_blocks(openmetrics)}
             todo = [(name, *b) for name, f in self._families.items() for b in f.unpacked()]
+            todo += [("", 0, 0, list(block)) for block, member in own.items() if member is None]
             cached = (version, asyncio.ensure_future(self._build_gzip(openmetrics, own, todo)))
             self._gzip[openmetrics] = cached
         return await asyncio.shield(cached[1])
 
-    async def _build_gzip(self, openmetrics: bool, own: bytes, todo: _Todo) -> list[bytes]:
+    async def _build_gzip(
+        self, openmetrics: bool, own: dict[_OwnBlock, bytes | None], todo: _Todo
+    ) -> list[bytes]:
         """Compress the blocks that changed, then join the page, in worker threads."""
         loop = asyncio.get_running_loop()
         members = await loop.run_in_executor(None, _compress_blocks, [t[3] for t in todo])
-        for (name, block, stamp, _), member in zip(todo, members, strict=True):
+        made: dict[_OwnBlock, bytes] = {}
+        for (name, block, stamp, lines), member in zip(todo, members, strict=True):
             family = self._families.get(name)
             if family is not None:
                 family.pack(block, stamp, member)
+            elif not name:
+                made[tuple(lines)] = member
         parts = []
         for name in sorted(self._families):
             family = self._families[name]
@@ -221,7 +234,10 @@ class MetricsPage:
             for block, stamp, lines in family.unpacked():
                 family.pack(block, stamp, _member(b"".join(lines)))
             parts += family.packed  # type: ignore[arg-type]  # every member is made above
-        return [await loop.run_in_executor(None, _join_gzip, parts, own)]
+        own_members = {block: member or made[block] for block, member in own.items()}
+        self._own_members[openmetrics] = own_members
+        parts += own_members.values()
+        return [await loop.run_in_executor(None, b"".join, parts)]
 
     def _sync(self) -> None:
         """Bring the families up to the store: render the nodes whose view changed, drop the gone."""
@@ -258,10 +274,21 @@ class MetricsPage:
         if not family.nodes:
             del self._families[name]
 
-    def _own(self, openmetrics: bool) -> bytes:
-        """Our own metrics: new on every build."""
+    def _own(self, openmetrics: bool) -> list[bytes]:
+        """Our own metrics, rendered on every build: prometheus_client's part, then lines."""
         own = self._metrics.render(openmetrics)
-        return b"".join([*own, b"# EOF\n"] if openmetrics else own)
+        return [*own, b"# EOF\n"] if openmetrics else own
+
+    def _own_blocks(self, openmetrics: bool) -> list[_OwnBlock]:
+        """Our own metrics in blocks of lines; a block seen at the last build keeps its member.
+
+        prometheus_client's part is new on every build, so it is a block of its own.
+        """
+        first, *lines = self._own(openmetrics)
+        return [
+            (first,),
+            *(tuple(lines[i : i + _BLOCK_LINES]) for i in range(0, len(lines), _BLOCK_LINES)),
+        ]
 
     def _header_member(self, header: bytes) -> bytes:
         members = self._header_members
@@ -275,11 +302,6 @@ class MetricsPage:
 
 def _compress_blocks(blocks: list[list[bytes]]) -> list[bytes]:
     return [_member(b"".join(lines)) for lines in blocks]
-
-
-def _join_gzip(parts: list[bytes], own: bytes) -> bytes:
-    """The gzip page in one buffer: served in slices, never copied per request."""
-    return b"".join([*parts, _member(own)])
 
 
 def _member(data: bytes) -> bytes:
