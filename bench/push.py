@@ -38,7 +38,10 @@ HAMi v2.10 monitor body of 8 cards and 32 vGPU allocations
 :class:`Normaliser` and ``Store.put``; and the push path's in-process work
 (gunzip, validate, ``to_batch``, ``Store.put``, self-metrics) on the very
 bodies sent, so push vs pull CPU per node-snapshot is compared like for like,
-and with the HTTP server's cost added.
+and with the HTTP server's cost added. Last, the HTTP floor: the saturated
+phase against an aiohttp server in its own process whose handler only reads
+and inflates each body and answers 204 (:func:`floor`): what the push costs
+before any of the collector's work, in this run.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +106,8 @@ VISIBLE_TIMEOUT = 30.0
 """Seconds one push-to-visible sample may take before it is given up."""
 STARTUP_TIMEOUT = 30.0
 PEER_PUSHES = 200
+FLOOR_PUSHES = 8000
+"""Most pushes sent to the HTTP floor peer (it is faster than the collector)."""
 PEER_PULLS = 40
 START = 1_700_000_000.0
 """Simulated Unix time of the pull peer's first body (fixed: same bodies every run)."""
@@ -292,6 +298,30 @@ def serve(nodes: int) -> None:
         stale_after=3600.0,
     )
     app = build_app(settings, directory(nodes))
+    web.run_app(app, sock=sock, print=None, access_log=None)
+
+
+def floor() -> None:
+    """The HTTP floor: an aiohttp server whose push handler only reads and inflates the body, then answers 204.
+
+    What any aiohttp push endpoint costs before its own work; the port is
+    printed first, as :func:`serve` does.
+    """
+    from aiohttp import web
+
+    sock = loopback_socket()
+    print(sock.getsockname()[1], flush=True)
+
+    async def push(request: web.Request) -> web.Response:
+        zlib.decompress(await request.read(), wbits=16 + zlib.MAX_WBITS)
+        return web.Response(status=204)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=1 << 24)
+    app.router.add_post("/api/v1/push", push)
+    app.router.add_get("/healthz", healthz)
     web.run_app(app, sock=sock, print=None, access_log=None)
 
 
@@ -628,6 +658,28 @@ async def _load(
         }
 
 
+async def _floor_load(port: int, process: subprocess.Popen[bytes], bodies: Bodies) -> Phase:
+    base = f"http://127.0.0.1:{port}"
+    connector = aiohttp.TCPConnector(limit=CONNECTIONS + 4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await wait_healthy(session, base, process, STARTUP_TIMEOUT)
+        url = base + "/api/v1/push"
+        return await closed(session, url, bodies, process.pid, SATURATED_SECONDS, FLOOR_PUSHES)
+
+
+def measure_floor(bodies: Bodies) -> dict[str, Any]:
+    """The saturated phase against :func:`floor` in its own process, on the same bodies."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.push", "floor"], stdout=subprocess.PIPE
+    )
+    try:
+        port = _served_port(process)
+        phase = asyncio.run(_floor_load(port, process, Bodies(bodies.rounds, NODES)))
+    finally:
+        stop(process)
+    return phase.figures()
+
+
 def measure(bodies: Bodies, fill_timeout: float) -> tuple[dict[str, Any], float]:
     """Start the collector in its own process, push at it, stop it: the phases, its CPU seconds.
 
@@ -696,6 +748,7 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
     pull = pull_peer()
     push = push_peer(bodies)
     load, cpu_total = measure(bodies, fill_timeout)
+    http_floor = measure_floor(bodies)
     return {
         "nodes": NODES,
         "cards": CARDS,
@@ -712,6 +765,11 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
         **{k: load[k] for k in ("fill", "saturated", "paced", "light", "visible")},
         "peer_pull": pull,
         "peer_push_in_process": push,
+        "peer_http_floor": http_floor,
+        "ratio_per_core_vs_http_floor": (
+            load["saturated"]["accepted_per_collector_cpu_s"]
+            / http_floor["accepted_per_collector_cpu_s"]
+        ),
         **against_goals(load, pull, push),
     }
 
@@ -777,7 +835,13 @@ def _visible_lines(seen: dict[str, Any]) -> list[Line]:
 def _cost_lines(result: dict[str, Any]) -> list[Line]:
     """Push CPU per snapshot, with HTTP and in process by part, beside the pull path."""
     pull, push = result["peer_pull"], result["peer_push_in_process"]
+    floor_rate = result["peer_http_floor"]["accepted_per_collector_cpu_s"]
     return [
+        (
+            "  HTTP floor: aiohttp reads, inflates, answers 204",
+            f"{floor_rate:,.0f}/core-s",
+            f"{1e6 / floor_rate:,.0f} us per push; ours x{result['ratio_per_core_vs_http_floor']:.2f}",
+        ),
         (
             "push CPU us per snapshot, with HTTP",
             f"{result['push_http_us_per_snapshot']:,.0f}",
@@ -829,6 +893,8 @@ def table(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["floor"]:
+        floor()
     else:
         seconds = FILL_TIMEOUT
         if "--fill-seconds" in sys.argv:

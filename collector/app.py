@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import ssl
 import time
@@ -93,6 +94,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app[TASKS] = Supervisor(metrics.restarted)
     app[SYNCED] = []
     metrics.shard.labels(str(settings.shard_index), str(settings.shard_count)).set(1)
+    app.cleanup_ctx.append(_fewer_full_collections)
     app.cleanup_ctx.append(_remote_write)  # first in, last out: flushes after sources stop
     app.cleanup_ctx.append(_scraping)
     app.cleanup_ctx.append(_sources(pods))
@@ -116,6 +118,25 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)
     app.router.add_routes(status.routes())
     return app
+
+
+_GC_THRESHOLDS = (10_000, 10, 50)
+"""Python's cyclic collector, run less often than its defaults (700, 10, 10).
+
+A full collection walks every object the store and history hold: 200-440 ms
+at 5,000 nodes, every ~5 s while they fill (bench/push.py), each one a stall
+of every push and scrape in flight, and nearly all of them found nothing to
+free (the collector's data has no cycles). Young objects are still collected
+often; a full collection comes about 70 times less often."""
+
+
+async def _fewer_full_collections(app: web.Application) -> AsyncIterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(*_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 async def _scraping(app: web.Application) -> AsyncIterator[None]:
