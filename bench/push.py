@@ -319,7 +319,7 @@ def floor() -> None:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=1 << 24)
+    app = web.Application(client_max_size=1 << 24, handler_args={"auto_decompress": False})
     app.router.add_post("/api/v1/push", push)
     app.router.add_get("/healthz", healthz)
     web.run_app(app, sock=sock, print=None, access_log=None)
@@ -768,7 +768,7 @@ def run(fill_timeout: float = FILL_TIMEOUT) -> dict[str, Any]:
         "peer_http_floor": http_floor,
         "ratio_per_core_vs_http_floor": (
             load["saturated"]["accepted_per_collector_cpu_s"]
-            / http_floor["accepted_per_collector_cpu_s"]
+            / (http_floor["accepted_per_collector_cpu_s"] or math.nan)
         ),
         **against_goals(load, pull, push),
     }
