@@ -190,7 +190,9 @@ def test_a_page_kept_up_to_date_equals_one_built_from_scratch() -> None:
     """Nodes changed, added between others, removed, or losing a family: the kept page follows.
 
     More nodes than one gzip block holds, so changes land inside blocks and
-    shift the blocks after them.
+    shift the blocks after them. Last, more nodes come and go between two
+    builds than the store's log of changes keeps, so the page has to look at
+    every node.
     """
     store = Store(stale_after=60)
     metrics = SelfMetrics(store)
@@ -232,6 +234,15 @@ def test_a_page_kept_up_to_date_equals_one_built_from_scratch() -> None:
     assert b"my_own" in plain
     assert b'node="n07"' in plain
     assert b'node="n00"' not in plain
+    # more nodes come and go than the store's change log keeps: the page looks at all
+    for i in range(1100):
+        put(f"gone-{i}", i, extra=False)
+        store.remove(f"gone-{i}")
+    put("n08", 8, extra=True)
+    zipped, plain, fresh = asyncio.run(pages())
+    assert zipped == plain == fresh
+    assert b'node="n08"' in plain
+    assert b"gone-" not in plain
 
 
 async def test_real_prometheus_reads_the_gzip_page(tmp_path: Path) -> None:

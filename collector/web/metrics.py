@@ -130,9 +130,9 @@ class MetricsPage:
     """Builds and caches the /metrics page in both formats, plain and gzipped.
 
     The page is kept as parts, per family, in node order, and changed where a
-    node changed: a build walks the store's nodes once to find those whose view
-    is new, renders just them, and swaps their entries in each family's lists,
-    so a build costs the changed nodes plus a copy of the lists' references.
+    node changed: a build asks the store which nodes changed since the last
+    one, renders just them, and swaps their entries in each family's lists, so
+    a build costs the changed nodes plus a copy of the lists' references.
     """
 
     def __init__(
@@ -143,6 +143,7 @@ class MetricsPage:
         self._metrics = metrics
         self._external = tuple(external)
         self._nodes: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._synced = -1  # the store generation the families were last brought up to
         self._families: dict[str, _Family] = {}
         self._header_members: dict[bytes, bytes] = {}
         self._own_members: dict[bool, dict[_OwnBlock, bytes]] = {False: {}, True: {}}
@@ -241,13 +242,20 @@ class MetricsPage:
 
     def _sync(self) -> None:
         """Bring the families up to the store: render the nodes whose view changed, drop the gone."""
-        live = set()
-        for node in self._store.nodes():
-            view = self._store.view(node)
-            if view is None:
-                continue
-            live.add(node)
+        store = self._store
+        changed = store.changed_since(self._synced)
+        if changed is None:  # the store's log does not reach back: look at every node
+            changed = [*store.nodes(), *self._nodes]
+        self._synced = store.generation
+        for node in changed:
+            view = store.view(node)
             known = self._nodes.get(node)
+            if view is None:
+                if known is not None:
+                    del self._nodes[node]
+                    for name in known[1]:
+                        self._drop(name, node)
+                continue
             if known is not None and known[0] == view.generation:
                 continue
             chunks = render_node(view, self._external)
@@ -264,9 +272,6 @@ class MetricsPage:
                     family = self._families[name] = _Family(meta)
                 family.put(node, lines)
             self._nodes[node] = (view.generation, tuple(chunks))
-        for node in self._nodes.keys() - live:
-            for name in self._nodes.pop(node)[1]:
-                self._drop(name, node)
 
     def _drop(self, name: str, node: str) -> None:
         family = self._families[name]
