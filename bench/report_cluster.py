@@ -109,10 +109,10 @@ def push_rows(p: dict[str, Any]) -> list[Row]:
             mark(p["accept_p99_ms"] <= p["goal_accept_p99_ms"]),
         ),
         Row(
-            "push-to-visible on /metrics p50 / p99 (plain)",
+            "push-to-visible on gzip /metrics p50 / p99 (page built)",
             f"{seen['visible_p50_ms']:,.0f} / {p['visible_p99_ms']:,.0f} ms",
             f"p99 <= {p['goal_visible_p99_ms']:.0f} ms",
-            f"gzip (as Prometheus asks): {seen['visible_gzip_ms']:,.0f} ms",
+            f"push to found by a full gzip read: {seen['full_read_ms_median']:,.0f} ms",
             "-",
             mark(p["visible_p99_ms"] <= p["goal_visible_p99_ms"]),
         ),

@@ -94,6 +94,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app[TASKS] = Supervisor(metrics.restarted)
     app[SYNCED] = []
     metrics.shard.labels(str(settings.shard_index), str(settings.shard_count)).set(1)
+    app.cleanup_ctx.append(_fewer_full_collections)
     app.cleanup_ctx.append(_remote_write)  # first in, last out: flushes after sources stop
     app.cleanup_ctx.append(_scraping)
     app.cleanup_ctx.append(_sources(pods))
@@ -117,6 +118,11 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)
     app.router.add_routes(status.routes())
     return app
+
+
+async def _fewer_full_collections(app: web.Application) -> AsyncIterator[None]:
+    with heap.fewer_collections():
+        yield
 
 
 async def _scraping(app: web.Application) -> AsyncIterator[None]:

@@ -72,6 +72,10 @@ class Store:
         self._node_of: dict[str, str] = {}
         self._views: dict[str, NodeView] = {}
         self._observers: list[Observer] = []
+        # node -> generation of its last change, oldest first: readers that keep
+        # something per node (the /metrics page) find what changed without a walk
+        self._touched: dict[str, int] = {}
+        self._touched_floor = 0
 
     def observe(self, observer: Observer) -> None:
         """Tell ``observer`` of every later change (see :class:`Observer`)."""
@@ -117,6 +121,21 @@ class Store:
         for source in old:
             self._forget(source.id)
         return old
+
+    def changed_since(self, generation: int) -> list[str] | None:
+        """Nodes changed after ``generation``, the removed included, newest first.
+
+        None if changes that old are no longer known (the reader must look at
+        every node): the log forgets removed nodes once they outnumber the live.
+        """
+        if generation < self._touched_floor:
+            return None
+        changed = []
+        for node in reversed(self._touched):
+            if self._touched[node] <= generation:
+                break
+            changed.append(node)
+        return changed
 
     def nodes(self) -> list[str]:
         """Return the nodes that have data, sorted."""
@@ -179,6 +198,11 @@ class Store:
     def _changed(self, node: str) -> NodeView | None:
         self.generation += 1
         self._views.pop(node, None)
+        self._touched.pop(node, None)
+        self._touched[node] = self.generation
+        if len(self._touched) > 2 * len(self._nodes) + 1024:
+            for gone in [n for n in self._touched if n not in self._nodes]:
+                self._touched_floor = max(self._touched_floor, self._touched.pop(gone))
         return self.view(node)
 
 

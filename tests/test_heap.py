@@ -46,3 +46,11 @@ def test_a_cycle_made_after_the_freeze_is_collected_as_usual() -> None:
     watched = cycle()
     gc.collect()
     assert watched() is None
+
+
+def test_collections_run_less_often_inside_the_block_and_as_before_after_it() -> None:
+    before = gc.get_threshold()
+    with heap.fewer_collections():
+        assert gc.get_threshold() == heap.THRESHOLDS
+        assert heap.THRESHOLDS[0] > before[0]
+    assert gc.get_threshold() == before

@@ -186,6 +186,65 @@ def test_gzip_page_recompresses_only_what_changed() -> None:
     )
 
 
+def test_a_page_kept_up_to_date_equals_one_built_from_scratch() -> None:
+    """Nodes changed, added between others, removed, or losing a family: the kept page follows.
+
+    More nodes than one gzip block holds, so changes land inside blocks and
+    shift the blocks after them. Last, more nodes come and go between two
+    builds than the store's log of changes keeps, so the page has to look at
+    every node.
+    """
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    page = MetricsPage(store, metrics)
+
+    def put(node: str, value: int, extra: bool) -> None:
+        body = b'hami_vgpu_memory_used_bytes{container="c",pod="p"} %d\n' % value
+        if extra:
+            body += b'HostCoreUtilization{deviceidx="0",deviceuuid="G"} %d\nmy_own 1\n' % value
+        store.put(Source(node, node, node, SourceKind.HAMI, 1), Normaliser(node).normalise(body), 0)
+
+    for i in range(0, 40, 2):
+        put(f"n{i:02d}", i, extra=i % 3 == 0)
+    # each step: sources removed, then (node, value, extra families) put
+    steps: list[tuple[list[str], list[tuple[str, int, bool]]]] = [
+        ([], []),
+        ([], [("n10", 99, True)]),
+        ([], [("n07", 7, True)]),  # between two nodes: later blocks move
+        (["n00"], []),
+        ([], [("n12", 12, False)]),  # loses two families
+        ([f"n{i:02d}" for i in range(0, 40, 6)], []),
+        ([], [("n07", 1, False), ("n10", 1, False)]),  # families gone
+        ([], [("n99", 1, True)]),  # and back
+    ]
+
+    async def pages() -> tuple[bytes, bytes, bytes]:
+        zipped = b"".join(await page.body(False, True))
+        plain = b"".join(await page.body(False, False))
+        fresh = b"".join(await MetricsPage(store, metrics).body(False, False))
+        return gzip.decompress(zipped), plain, fresh
+
+    for removed, changed in steps:
+        for source in removed:
+            store.remove(source)
+        for node, value, extra in changed:
+            put(node, value, extra)
+        zipped, plain, fresh = asyncio.run(pages())
+        assert zipped == plain == fresh
+    assert b"my_own" in plain
+    assert b'node="n07"' in plain
+    assert b'node="n00"' not in plain
+    # more nodes come and go than the store's change log keeps: the page looks at all
+    for i in range(1100):
+        put(f"gone-{i}", i, extra=False)
+        store.remove(f"gone-{i}")
+    put("n08", 8, extra=True)
+    zipped, plain, fresh = asyncio.run(pages())
+    assert zipped == plain == fresh
+    assert b'node="n08"' in plain
+    assert b"gone-" not in plain
+
+
 async def test_real_prometheus_reads_the_gzip_page(tmp_path: Path) -> None:
     async with (
         running_collector(kubernetes=False, stale_after=3600) as (base, app),

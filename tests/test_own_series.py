@@ -13,10 +13,10 @@ from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
 from collector.exposition.render import series_key
+from collector.normalise import Normaliser
 from collector.schema import SourceKind
-from collector.selfmetrics import SelfHistory, SelfMetrics
+from collector.selfmetrics import SelfMetrics
 from collector.store import Store
-from collector.tsdb.history import History
 
 
 async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:
@@ -70,9 +70,30 @@ def test_what_the_history_gets_is_what_the_page_shows() -> None:
         node = dict(sample.labels).get("node", "")
         labels = [(k, v) for k, v in sample.labels if k != "node"]
         expected.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
-    got = SelfHistory(metrics, History()).series()
+    got = metrics.series()
     assert got == expected
     assert set(got) == {"", "n1", "n2", "n3"}
     up = b'hami_usage_collector_source_up{kind="volcano",source="gpu/monitor-b"}'
     assert got["n2"][up] == 0.0
     assert not any(b"n3-1" in key for key in got["n3"]), "a renamed source's old series are gone"
+
+
+def test_own_series_are_the_page_s_own_lines_by_node() -> None:
+    """What the history records of our own metrics is what the page shows, ``node`` taken out."""
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    for node, kind in (("n1", SourceKind.HAMI), ("n2", SourceKind.AGENT)):
+        source = Source(f"id-{node}", f"{node}-monitor", node, kind, 1)
+        batch = Normaliser(node).normalise(
+            b'hami_vgpu_memory_used_bytes{container="c",pod="p"} 5\n'
+        )
+        store.put(source, batch, 0)
+        metrics.scraped(source, 0.25, batch, 1.7e9)
+    metrics.failed(Source("id-n3", "n3-monitor", "n3", SourceKind.HAMI, 1), 1.5, "timeout")
+    expected: dict[str, dict[bytes, float]] = {}
+    for sample in parse(b"".join(metrics.render(openmetrics=False))).samples:
+        node = dict(sample.labels).get("node", "")
+        labels = [(name, value) for name, value in sample.labels if name != "node"]
+        expected.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+    assert metrics.series() == expected
+    assert {"", "n1", "n2", "n3"} <= expected.keys()

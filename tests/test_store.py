@@ -208,3 +208,28 @@ def test_the_history_s_size_is_in_the_collector_s_own_metrics() -> None:
     assert "hami_usage_collector_history_series 2.0" in page
     assert f"hami_usage_collector_history_bytes {float(history.bytes)}" in page
     assert history.bytes > 0
+
+
+def test_the_store_names_the_nodes_changed_since_a_generation() -> None:
+    store = Store(stale_after=60)
+    store.put(HAMI, batch(a=1), received=0)
+    store.put(OTHER, batch(a=2), received=0)
+    seen = store.generation
+    assert store.changed_since(seen) == []
+    store.put(HAMI, batch(a=3), received=1)
+    store.remove(OTHER.id)
+    assert store.changed_since(seen) == ["n2", "n1"], "newest first, the removed node too"
+    assert store.changed_since(0) == ["n2", "n1"]
+
+
+def test_a_reader_older_than_the_store_s_change_log_is_told_to_look_at_every_node() -> None:
+    store = Store(stale_after=60)
+    store.put(HAMI, batch(a=1), received=0)
+    for i in range(1100):  # nodes that come and go: the log forgets them in the end
+        source = Source(f"pod/{i}", f"pod {i}", f"gone-{i}", SourceKind.HAMI, 1)
+        store.put(source, batch(a=i), received=0)
+        store.remove(source.id)
+    assert store.changed_since(0) is None
+    recent = store.generation
+    store.put(HAMI, batch(a=2), received=1)
+    assert store.changed_since(recent) == ["n1"]

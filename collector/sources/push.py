@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -17,14 +18,15 @@ from pydantic import ValidationError
 
 from collector import schema
 from collector.batch import Batch, Source
-from collector.normalise import Group, Normaliser, Readings
+from collector.exposition.parse import Labels
+from collector.exposition.render import series_key
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
 from collector.sources.inflate import WBITS, Inflate, InflateError
 from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
-from core.payload import Card, Device, Payload, Region
+from core.payload import Payload, Region
 from core.shards import WHOLE, Shard, shard_of
 
 log = logging.getLogger(__name__)
@@ -42,14 +44,23 @@ class PushConfig:
     shard: Shard = WHOLE
 
 
-def decode(payload: Payload, pods: PodDirectory) -> tuple[Readings, int]:
-    """Attribute a payload's readings; return them and how many regions had no live owner.
+def to_batch(
+    payload: Payload, pods: PodDirectory, keys: SeriesKeys | None = None
+) -> tuple[Batch, int]:
+    """Attribute a payload's readings and make their canonical series; return the batch and the unowned regions.
 
     Cards and vGPUs are labelled as a HAMi v2.10 monitor labels them
     (``device_type`` = "NVIDIA-" + NVML name, the first 40 characters of a UUID);
-    a region whose pod or claim is unknown, or on another node, is dropped.
+    a region whose pod or claim is unknown, or on another node, is dropped; a
+    reading NVML could not read (None) makes no series. ``samples`` counts the
+    readings offered, those dropped with their region included. ``keys`` are
+    the node's keys of its previous push (kept by the caller, one per node).
     """
-    groups = [_card(card) for card in payload.cards]
+    idents: list[_Ident] = []
+    values: list[float | None] = []
+    for card in payload.cards:
+        idents.append((card.index, card.name, card.uuid))
+        values += _card_values(card)
     unowned = dropped = 0
     for region in payload.regions:
         owner = _owner(region, pods)
@@ -57,19 +68,81 @@ def decode(payload: Payload, pods: PodDirectory) -> tuple[Readings, int]:
             unowned += 1
             dropped += len(region.devices) * len(schema.VGPU_FAMILIES)
             continue
+        pod, container = owner
         elapsed = None
         if region.last_kernel_time:
             elapsed = float(max(int(payload.time) - region.last_kernel_time, 0))
-        groups.extend(_vgpu(device, *owner, elapsed) for device in region.devices)
-    return Readings(tuple(groups), dropped), unowned
+        for device in region.devices:
+            idents.append((container, device.uuid, pod.namespace, pod.name, device.index))
+            values += _device_values(device)
+            values.append(elapsed)
+    flat: Sequence[bytes] = (keys or SeriesKeys()).of(tuple(idents))
+    if None in values:
+        kept = [(k, v) for k, v in zip(flat, values, strict=True) if v is not None]
+        flat, values = [k for k, _ in kept], [v for _, v in kept]
+    series = dict(zip(flat, map(float, values), strict=True))  # type: ignore[arg-type]  # None filtered above
+    offered = len(values)
+    return (
+        Batch(
+            series,
+            samples=offered + dropped,
+            duplicates=offered - len(series),  # each value either adds its key or repeats one
+            dropped=dropped,
+        ),
+        unowned,
+    )
 
 
-def to_batch(
-    payload: Payload, pods: PodDirectory, normaliser: Normaliser | None = None
-) -> tuple[Batch, int]:
-    """Decode a payload and normalise its readings; return the batch and the unowned regions."""
-    readings, unowned = decode(payload, pods)
-    return (normaliser or Normaliser(payload.node)).readings(readings), unowned
+_Ident = tuple[int, str, str] | tuple[str, str, str, str, int]
+"""What labels a card (index, NVML name, UUID) or a vGPU (container, UUID, namespace, pod, index)."""
+
+
+class SeriesKeys:
+    """One node's series keys, kept from one push to the next.
+
+    A node's cards and vGPUs keep their labels from one snapshot to the next,
+    so the keys are made once: a push whose cards and vGPUs are those of the
+    previous one takes the previous keys whole (one tuple comparison); a
+    changed one makes keys only for its new cards and vGPUs.
+    """
+
+    __slots__ = ("_flat", "_groups", "_idents")
+
+    def __init__(self) -> None:
+        self._idents: tuple[_Ident, ...] = ()
+        self._flat: tuple[bytes, ...] = ()
+        self._groups: dict[_Ident, tuple[bytes, ...]] = {}
+
+    def of(self, idents: tuple[_Ident, ...]) -> tuple[bytes, ...]:
+        """The keys of every reading of these cards and vGPUs, in the order ``to_batch`` lists values."""
+        if idents == self._idents:
+            return self._flat
+        groups = {ident: self._groups.get(ident) or _group_keys(ident) for ident in idents}
+        self._idents, self._groups = idents, groups
+        self._flat = tuple(key for ident in idents for key in groups[ident])
+        return self._flat
+
+
+def _group_keys(ident: _Ident) -> tuple[bytes, ...]:
+    if len(ident) == 3:
+        index, name, uuid = ident
+        labels: Labels = (
+            ("device_index", str(index)),
+            ("device_type", f"NVIDIA-{name}"),
+            ("device_uuid", uuid[:40]),
+        )
+        families = _CARD_ORDER
+    else:
+        container, uuid, namespace, pod, index = ident
+        labels = (
+            ("container", container),
+            ("device_uuid", uuid[:40]),
+            ("namespace", namespace),
+            ("pod", pod),
+            ("vdevice_index", str(index)),
+        )
+        families = _VGPU_ORDER
+    return tuple(series_key(family, (*labels, schema.ZONE)) for family in families)
 
 
 def _owner(region: Region, pods: PodDirectory) -> tuple[PodRef, str] | None:
@@ -79,29 +152,9 @@ def _owner(region: Region, pods: PodDirectory) -> tuple[PodRef, str] | None:
     return None if pod is None else (pod, region.container or "")
 
 
-def _card(card: Card) -> Group:
-    labels = (
-        ("device_index", str(card.index)),
-        ("device_type", f"NVIDIA-{card.name}"),
-        ("device_uuid", card.uuid[:40]),
-    )
-    return Group(schema.CARD_FAMILIES, labels, _card_values(card))
-
-
-def _vgpu(device: Device, pod: PodRef, container: str, elapsed: float | None) -> Group:
-    labels = (
-        ("container", container),
-        ("device_uuid", device.uuid[:40]),
-        ("namespace", pod.namespace),
-        ("pod", pod.name),
-        ("vdevice_index", str(device.index)),
-    )
-    values = _device_values(device)
-    return Group(schema.VGPU_FAMILIES, labels, (*values[:_ELAPSED], elapsed, *values[_ELAPSED:]))
-
-
 # Which payload field holds each reading of the schema's tables; attrgetter reads them
-# all in one C call, a push's hottest step (a payload holds hundreds of vGPUs).
+# all in one C call. A vGPU's elapsed seconds since its last kernel is not a payload
+# field (the collector computes it): its value, and so its key, comes last.
 _CARD_FIELDS = {
     "memory_used": "memory_used",
     "memory_total": "memory_total",
@@ -119,12 +172,16 @@ _DEVICE_FIELDS = {
     "memory_module": "module",
     "memory_buffer": "buffer",
 }
-_ELAPSED = [reading for reading, _ in schema.VGPU_READINGS].index("last_kernel_seconds")
-"""The one vGPU reading that is not a field of the payload: the collector computes it."""
+_CARD_ORDER = tuple(family for reading, family in schema.CARD_READINGS)
+_VGPU_ORDER = (
+    *(family for reading, family in schema.VGPU_READINGS if reading in _DEVICE_FIELDS),
+    *(family for reading, family in schema.VGPU_READINGS if reading not in _DEVICE_FIELDS),
+)
 _card_values = attrgetter(*(_CARD_FIELDS[reading] for reading, _ in schema.CARD_READINGS))
 _device_values = attrgetter(
     *(_DEVICE_FIELDS[reading] for reading, _ in schema.VGPU_READINGS if reading in _DEVICE_FIELDS)
 )
+assert len(_VGPU_ORDER) == len(_DEVICE_FIELDS) + 1, "one vGPU reading computed, not read"
 
 
 class PushReceiver:
@@ -145,7 +202,7 @@ class PushReceiver:
         self._config = config
         self._inflight = 0
         self._seen: dict[str, tuple[str, int]] = {}
-        self._normalisers: dict[str, Normaliser] = {}
+        self._keys: dict[str, SeriesKeys] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         """Accept (204) or refuse one payload with a JSON error naming the reason."""
@@ -192,10 +249,10 @@ class PushReceiver:
         seen = self._seen.get(payload.node)
         if seen is not None and seen[0] == payload.agent and payload.sequence <= seen[1]:
             return web.Response(status=204)
-        normaliser = self._normalisers.get(payload.node)
-        if normaliser is None:
-            normaliser = self._normalisers[payload.node] = Normaliser(payload.node)
-        batch, unowned = to_batch(payload, self._pods, normaliser)
+        keys = self._keys.get(payload.node)
+        if keys is None:
+            keys = self._keys[payload.node] = SeriesKeys()
+        batch, unowned = to_batch(payload, self._pods, keys)
         self._seen[payload.node] = (payload.agent, payload.sequence)
         source = Source(
             f"agent/{payload.node}",
@@ -224,7 +281,7 @@ class PushReceiver:
     def forget(self, node: str) -> None:
         """Drop what is remembered of a node whose agent went stale."""
         self._seen.pop(node, None)
-        self._normalisers.pop(node, None)
+        self._keys.pop(node, None)
 
     def _refuse(
         self,
