@@ -82,7 +82,7 @@ import tracemalloc
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -205,7 +205,7 @@ class Fill:
     cpu_s: float = 0.0
     rounds: int = 0
     samples: int = 0
-    traced: list[list[dict[bytes, float]]] = field(default_factory=list)
+    traced: list[list[Mapping[bytes, float]]] = field(default_factory=list)
     """The first :data:`TRACE_NODES` nodes' series of every round."""
 
     def figures(self) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def fill(
 
 
 def traced_bytes_per_point(
-    traced: list[list[dict[bytes, float]]], start: float, step: float
+    traced: list[list[Mapping[bytes, float]]], start: float, step: float
 ) -> dict[str, Any]:
     """Feed a fresh History the kept batches under tracemalloc: its bytes per kept point."""
     names = [f"trace-{i}" for i in range(len(traced[0]) if traced else 0)]

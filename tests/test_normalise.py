@@ -157,9 +157,82 @@ def test_a_bad_body_raises_and_the_normaliser_still_works() -> None:
     assert normaliser.normalise(b"a 1\n") == good
 
 
-def test_the_series_cache_stays_bounded_as_series_churn() -> None:
+def test_what_the_normaliser_keeps_stays_bounded_as_series_churn() -> None:
     normaliser = Normaliser("x")
     for round_ in range(30):
         body = b"".join(b'm{pod="p%d"} 1\n' % (round_ * 100 + i) for i in range(100))
         assert len(normaliser.normalise(body).series) == 100
-    assert len(normaliser._cache) <= 2 * 100 + 1024
+    assert normaliser._layout is not None
+    assert len(normaliser._layout.texts) == 100, "only the last body's texts are kept"
+
+
+_MEMORY = (
+    b'Device_memory_desc_of_container{context="%d",ctrname="%s",data="%d",deviceuuid="G",'
+    b'module="%d",offset="0",podname="%s",podnamespace="n",vdeviceid="0"} %d\n'
+)
+
+
+def _volcano(rows: list[tuple[int, bytes, int, int, bytes, int]]) -> bytes:
+    """Memory lines sorted by their text, sizes included, as the monitors sort them."""
+    return (
+        b"".join(sorted(_MEMORY % row for row in rows)) + b'HostCoreUtilization{deviceuuid="G"} 3\n'
+    )
+
+
+def test_memory_lines_that_change_order_with_their_sizes_match_a_fresh_parse() -> None:
+    warm = Normaliser("x")
+    keys = None
+    for scrape in range(6):
+        rows = [
+            (5 - scrape, b"a", 100 * scrape, 7, b"p1", 11 + scrape),
+            (scrape, b"b", 50, 9 * scrape, b"p2", 22),
+            (scrape % 2, b"c", 1, 2, b"p3", 33),
+        ]
+        body = _volcano(rows)
+        batch = warm.normalise(body)
+        assert batch == Normaliser("x").normalise(body)
+        if keys is not None:
+            assert list(batch.series) == keys, "keys keep their order from scrape to scrape"
+        keys = list(batch.series)
+    rest = b'{container="a",device_uuid="G",namespace="n",pod="p1",vdevice_index="0"}'
+    assert batch.series[b"hami_vgpu_memory_buffer_bytes" + rest] == 500
+    assert batch.series[b"hami_container_device_memory_bytes" + rest] == 16
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        (b'podname="p2"', b'podname="p9"'),  # a pod replaced, same line count
+        (b'ctrname="b"', b'ctrname="a"'),  # two lines of one series: the last wins
+        (b'offset="0",podname="p3"', b'offset="5",podname="p3"'),  # a size no series takes
+        (b"HostCoreUtilization", b"HostGPUMemoryUsage"),  # a plain line renamed
+        (b'ctrname="c"', b'ctrname="c",extra="1"'),  # a memory line with another label set
+        (b'ctrname="c"', b'ctrname="c\\\\"'),  # an escaped backslash
+    ],
+)
+def test_a_body_laid_out_almost_as_the_last_matches_a_fresh_parse(
+    change: tuple[bytes, bytes],
+) -> None:
+    rows = [(1, b"a", 2, 3, b"p1", 4), (5, b"b", 6, 7, b"p2", 8), (9, b"c", 10, 11, b"p3", 12)]
+    normaliser = Normaliser("x")
+    normaliser.normalise(_volcano(rows))
+    body = _volcano(rows).replace(*change)
+    for _ in range(2):
+        assert normaliser.normalise(body) == Normaliser("x").normalise(body)
+
+
+@pytest.mark.parametrize(
+    ("bad", "good", "error"),
+    [
+        (b"} 8_0\n", b"} 8\n", "line 2"),  # a digit separator: Go's ParseFloat refuses it
+        (b"} x\n", b"} 3\n", "line 3"),
+        (b'data="6_0"', b'data="6"', "invalid value"),  # a size
+    ],
+)
+def test_a_bad_value_in_a_known_layout_is_refused(bad: bytes, good: bytes, error: str) -> None:
+    rows = [(1, b"a", 2, 3, b"p1", 4), (5, b"b", 6, 7, b"p2", 8)]
+    normaliser = Normaliser("x")
+    before = normaliser.normalise(_volcano(rows))
+    with pytest.raises(ValueError, match=error):
+        normaliser.normalise(_volcano(rows).replace(good, bad))
+    assert normaliser.normalise(_volcano(rows)) == before

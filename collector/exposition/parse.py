@@ -65,28 +65,31 @@ class Body:
 def split_samples(body: bytes) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     """Return the series texts and value texts of ``body``'s sample lines, unchecked.
 
-    Comment lines are found by splitting on ``"\\n#"`` (a few per family), so the
-    per-line work is one ``rpartition`` done inside ``map``. A line this cannot
-    cut correctly (a timestamp, stray blanks) yields a series text that no cache
-    holds, which sends the body to :func:`parse`.
+    Comment lines are found by splitting on ``"#"`` (a few per family; a
+    one-byte separator is searched several times faster than ``"\\n#"``), so
+    the per-line work is one ``rpartition`` done inside ``map``. Blank lines are
+    skipped, as :func:`parse` skips them. A line this cannot cut correctly (a
+    timestamp, stray blanks) yields a series text that no cache holds, which
+    sends the body to :func:`parse`.
     """
-    chunks = body.split(b"\n#")
-    first = chunks[0]
-    lines: list[bytes] = []
-    if first[:1] == b"#":
-        chunks[0] = first[1:]
+    chunks = body.split(b"#")
+    head = chunks[0]
+    if len(chunks) > 1 and (
+        head[-1:] not in (b"", b"\n") or not all(map(bytes.endswith, chunks[1:-1], repeat(b"\n")))
+    ):
+        head, *chunks = body.split(b"\n#")  # a "#" within a line: split where comments start
+        if head[:1] == b"#":
+            chunks.insert(0, head[1:])
+            head = b""
     else:
-        lines = first.split(b"\n")
         del chunks[0]
+    lines = head.split(b"\n")
     for chunk in chunks:
-        eol = chunk.find(b"\n") + 1
-        if 0 < eol < len(chunk):
-            lines += chunk[eol:].split(b"\n")
-    while lines and not lines[-1]:
-        lines.pop()
-    if not lines:
+        lines += chunk.split(b"\n")[1:]  # the first is the comment's own text
+    if not any(lines):
         return (), ()
-    series, _, values = zip(*map(bytes.rpartition, lines, repeat(b" ")), strict=True)
+    parts = map(bytes.rpartition, filter(None, lines), repeat(b" "))
+    series, _, values = zip(*parts, strict=True)
     return series, values
 
 
