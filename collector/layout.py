@@ -136,8 +136,9 @@ def tabulate(texts: list[bytes], entries: list[Sized]) -> tuple[Table, list[int]
 class Layout:
     """One body's lines and what they became; see the module docstring.
 
-    ``texts`` are the lines compared verbatim (``plain`` marks them; None: all
-    lines), ``entries`` what they became. The others are memory lines known by
+    ``texts`` are the lines compared verbatim (``plain`` marks them with a 1
+    byte, ``sized`` marks the others; None: all lines), ``entries`` what they
+    became. The others are memory lines known by
     their shape, matched as a :class:`Table`.
 
     The values of a body's plain lines, then of its memory lines in template
@@ -147,8 +148,8 @@ class Layout:
 
     texts: tuple[bytes, ...]
     entries: tuple[Entry, ...]
-    plain: tuple[bool, ...] | None
-    sized: tuple[bool, ...]
+    plain: bytes | None
+    sized: bytes
     table: Table | None
     keys: Keys
     pick: Callable[[Sequence[float]], Sequence[float]] | None
@@ -205,8 +206,8 @@ def lay_out(series: Sequence[bytes], entries: Sequence[Entry]) -> Layout | None:
     in most bodies the row is the batch's values as they are.
     """
     lines = len(entries)
-    plain = tuple(e.__class__ is not Sized for e in entries)
-    sized = [i for i, e in enumerate(entries) if isinstance(e, Sized)]
+    plain = [e.__class__ is not Sized for e in entries]
+    sized = [i for i in range(lines) if not plain[i]]
     table: Table | None = None
     order: list[int] = []
     if sized:
@@ -216,10 +217,43 @@ def lay_out(series: Sequence[bytes], entries: Sequence[Entry]) -> Layout | None:
         table, lined = tabled
         order = [sized[o] for o in lined]
     out, counts, consts = _outputs(series, entries)
+    slots = list(out.values())
+    if sized or consts or slots != list(range(lines)):
+        table, keys, pick = _rows(out, plain, order, table, len(consts))
+    else:  # every line a series of its own, in body order
+        keys, pick = tuple(out), None
+    texts = tuple(
+        e if e.__class__ is bytes and e == t else t  # share the key's bytes
+        for t, e in compress(zip(series, entries, strict=True), plain)
+    )
+    keys = texts if keys == texts else keys
+    known = tuple(compress(entries, plain))
+    known = next((same for same in (texts, keys) if same == known), known)  # one tuple, not two
+    return Layout(
+        texts,
+        known,
+        None if not sized else bytes(plain),
+        b"" if not sized else bytes(not p for p in plain),
+        table,
+        Keys(keys),
+        pick,
+        tuple(consts),
+        counts,
+    )
+
+
+Slot = int | tuple[str, int] | tuple[str, int, int]
+"""Where a key's value comes from: the line's index for its value, ``("s", line, n)``
+for the line's ``n``-th kept size, or ``("c", n)`` for the ``n``-th constant."""
+
+
+def _rows(
+    out: dict[bytes, Slot], plain: list[bool], order: list[int], table: Table | None, consts: int
+) -> tuple[Table | None, tuple[bytes, ...], Callable[[Sequence[float]], Sequence[float]] | None]:
+    """The table keeping only the sizes some key takes, the keys in row order, and their pick."""
     used = set(out.values())
-    row: list[Slot] = []
-    row += (("v", i) for i in range(lines) if plain[i])
-    row += (("v", i) for i in order)
+    row: list[Slot] = [i for i in range(len(plain)) if plain[i]]
+    row += order
     if table is not None:
         kept: list[tuple[int, ...]] = []
         for i, columns in zip(order, table.kept, strict=True):
@@ -227,28 +261,12 @@ def lay_out(series: Sequence[bytes], entries: Sequence[Entry]) -> Layout | None:
             row += (("s", i, k) for k in mine)
             kept.append(tuple(columns[k] for k in mine))
         table = replace(table, kept=tuple(kept))
-    row += (("c", j) for j in range(len(consts)))
+    row += (("c", j) for j in range(consts))
     position = {slot: n for n, slot in enumerate(row)}
-    keys = tuple(sorted(out, key=lambda key: position[out[key]]))
-    picked = tuple(position[out[key]] for key in keys)
-    texts = tuple(_shared(t, e) for t, e, p in zip(series, entries, plain, strict=True) if p)
-    known = tuple(compress(entries, plain))
-    return Layout(
-        texts,
-        known if known != texts else texts,
-        None if all(plain) else plain,
-        tuple(not p for p in plain),
-        table,
-        Keys(keys if keys != texts else texts),
-        None if picked == tuple(range(len(row))) else _picker(picked),
-        tuple(consts),
-        counts,
-    )
-
-
-Slot = tuple[str, int] | tuple[str, int, int]
-"""Where a key's value comes from: ``("v", line)``, ``("s", line, n)`` (the line's
-``n``-th kept size) or ``("c", n)`` (the ``n``-th constant)."""
+    ranked = sorted((position[slot], key) for key, slot in out.items())
+    picked = tuple(n for n, _ in ranked)
+    pick = None if picked == tuple(range(len(row))) else _picker(picked)
+    return table, tuple(key for _, key in ranked), pick
 
 
 def _outputs(
@@ -257,22 +275,17 @@ def _outputs(
     """Each key's slot, the counts (samples, duplicates, conflicts, dropped) and the constants.
 
     Lines of one canonical series each come first, then the others in body order.
+    A memory line known by its shape is one with no other line of its text.
     """
     lines = len(entries)
-    last = dict(zip(map(_identity, series, entries), range(lines), strict=True))
-    out: dict[bytes, Slot] = {}
-    derived: list[int] = []
-    for i in last.values():
-        entry = entries[i]
-        if entry.__class__ is bytes:
-            out[entry] = ("v", i)
-        else:
-            derived.append(i)
-    dropped = sum(e is DROP for e in entries)
+    ident = [(t,) if e.__class__ is Sized else e for t, e in zip(series, entries, strict=True)]
+    last = dict(zip(ident, range(lines), strict=True))
+    out: dict[bytes, Slot] = {e: i for e, i in last.items() if e.__class__ is bytes}
+    dropped = list(entries).count(DROP)
     duplicates = lines - len(last) - max(dropped - 1, 0)
     conflicts = 0
     consts: list[float] = []
-    for i in derived:
+    for i in (i for e, i in last.items() if e.__class__ is not bytes):
         entry = entries[i]
         outputs: list[tuple[bytes, Slot | None]]
         if isinstance(entry, Sized):
@@ -289,20 +302,10 @@ def _outputs(
         for key, source in outputs:
             if source is None:  # the line's own value
                 duplicates += key in out
-                out[key] = ("v", i)
+                out[key] = i
             else:
                 out.setdefault(key, source)  # a series of its own beats a label's copy
     return out, (lines, duplicates, conflicts, dropped), consts
-
-
-def _identity(text: bytes, entry: Entry) -> object:
-    """What makes two lines one: their entry, or for a memory line known by its shape its text."""
-    return (text,) if isinstance(entry, Sized) else entry
-
-
-def _shared(text: bytes, entry: Entry) -> bytes:
-    """The text, as the key object where they are equal, so the two share their bytes."""
-    return entry if entry.__class__ is bytes and entry == text else text
 
 
 def _index(consts: list[float], value: float) -> int:
