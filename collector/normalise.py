@@ -17,7 +17,14 @@ from typing import NamedTuple
 
 from collector import schema
 from collector.batch import Batch
-from collector.exposition.parse import Labels, parse, parse_series, parse_value, split_samples
+from collector.exposition.parse import (
+    Frame,
+    Labels,
+    parse,
+    parse_series,
+    parse_value,
+    split_lines,
+)
 from collector.exposition.render import series_key
 from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
 
@@ -72,6 +79,7 @@ class Normaliser:
         self.node = node
         self._passthrough = passthrough or PassThrough()
         self._layout: Layout | None = None
+        self._frame: Frame | None = None
         self._shapes: dict[bytes, Shape] = {}
         self._families: Mapping[str, schema.Family] = {}
         self._group_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
@@ -79,11 +87,15 @@ class Normaliser:
 
     def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
         """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
-        series, values = split_samples(body)
-        layout = self._layout
-        row = layout.row(series, values) if layout is not None else None
+        texts, values = split_lines(body)
+        layout, frame = self._layout, self._frame
+        cut = frame.cut(texts, values) if frame is not None else None
+        row = layout.row(*cut) if cut is not None and layout is not None else None
         if row is None:
-            return self._learn(body, series, values, openmetrics)
+            frame = Frame.of(texts, values)
+            cut = frame.cut(texts, values)
+            assert cut is not None, "a body has its own frame"
+            return self._learn(body, frame, *cut, openmetrics)
         assert layout is not None
         try:
             return layout.batch(row, self._families)
@@ -123,7 +135,12 @@ class Normaliser:
         return keys
 
     def _learn(
-        self, body: bytes, series: Sequence[bytes], values: Sequence[bytes], openmetrics: bool
+        self,
+        body: bytes,
+        frame: Frame,
+        series: Sequence[bytes],
+        values: Sequence[bytes],
+        openmetrics: bool,
     ) -> Batch:
         """A body laid out anew (new pods, first scrape): parse only the texts not known.
 
@@ -143,7 +160,7 @@ class Normaliser:
             batch = layout.batch(row, self._families)
         except ValueError:
             return self._strict(body, openmetrics)
-        self._keep(layout)
+        self._keep(layout, frame)
         return batch
 
     def _known(self) -> dict[bytes, Entry]:
@@ -212,11 +229,11 @@ class Normaliser:
         layout = lay_out([s.series for s in parsed.samples], entries)
         assert layout is not None, "plain lines need no table"
         batch = layout.assemble([s.value for s in parsed.samples], self._families)
-        self._keep(layout)
+        self._keep(layout, Frame.of(*split_lines(body)))
         return batch
 
-    def _keep(self, layout: Layout) -> None:
-        self._layout = layout
+    def _keep(self, layout: Layout, frame: Frame) -> None:
+        self._layout, self._frame = layout, frame
         if len(self._shapes) > layout.counts[0] + 64:
             self._shapes.clear()  # shapes of pods gone; the live ones are learnt again
 
