@@ -59,50 +59,39 @@ class Batch:
     families: Mapping[str, schema.Family] = field(default_factory=dict)
 
 
-class Keys:
-    """The keys of a run of batches whose series are the same, in order; their index built on demand.
-
-    Batches of one target usually hold the same series scrape after scrape, so
-    they share one ``Keys``: the index (key to position) is built once, and only
-    if a reader asks for a single series.
-    """
-
-    __slots__ = ("_index", "order")
-
-    def __init__(self, order: tuple[bytes, ...]) -> None:
-        self.order = order
-        self._index: dict[bytes, int] | None = None
-
-    def index(self) -> dict[bytes, int]:
-        """Each key's position."""
-        if self._index is None:
-            self._index = {key: i for i, key in enumerate(self.order)}
-        return self._index
-
-
 class Series(Mapping[bytes, float]):
-    """A batch's series as two arrays, shared keys and packed values: 16 bytes a series, not ~90.
+    """A batch's series as two arrays, keys and packed values: 16 bytes a series, not ~90.
 
     A dict of float objects costs a hash-table slot and a float object per
-    series, for every target's latest batch; most readers only iterate.
+    series, for every target's latest batch; most readers only iterate. The
+    keys tuple is shared by the batches of one layout (see
+    :mod:`collector.layout`). The index (key to position) is built only when a
+    reader asks for a single series, and goes with this batch when the next
+    one replaces it.
     """
 
-    __slots__ = ("_keys", "_values")
+    __slots__ = ("_index", "_keys", "_values")
 
-    def __init__(self, keys: Keys, values: array[float]) -> None:
-        if len(keys.order) != len(values):
-            raise ValueError(f"{len(keys.order)} keys for {len(values)} values")
+    def __init__(self, keys: tuple[bytes, ...], values: array[float]) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
         self._keys = keys
         self._values = values
+        self._index: dict[bytes, int] | None = None
+
+    def _position(self) -> dict[bytes, int]:
+        if self._index is None:
+            self._index = {key: i for i, key in enumerate(self._keys)}
+        return self._index
 
     def __getitem__(self, key: bytes) -> float:
-        return self._values[self._keys.index()[key]]
+        return self._values[self._position()[key]]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._keys.index()
+        return key in self._position()
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self._keys.order)
+        return iter(self._keys)
 
     def __len__(self) -> int:
         return len(self._values)
@@ -120,7 +109,7 @@ class Series(Mapping[bytes, float]):
 
     def packed(self) -> tuple[tuple[bytes, ...], array[float]]:
         """The keys and values, in the same order."""
-        return self._keys.order, self._values
+        return self._keys, self._values
 
 
 class _Values(ValuesView[float]):

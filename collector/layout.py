@@ -23,7 +23,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from collector import schema
-from collector.batch import Batch, Keys, Series
+from collector.batch import Batch, Series
 
 _SIZE_NAMES = sorted((*schema.MEMORY_BREAKDOWN, *schema.BREAKDOWN_DROPPED), key=len, reverse=True)
 SIZE_LABEL = re.compile(b"([{,](?:" + "|".join(_SIZE_NAMES).encode() + b')=")([^"]*)"')
@@ -151,7 +151,7 @@ class Layout:
     plain: bytes | None
     sized: bytes
     table: Table | None
-    keys: Keys
+    keys: tuple[bytes, ...]
     pick: Callable[[Sequence[float]], Sequence[float]] | None
     consts: tuple[float, ...]
     counts: tuple[int, int, int, int]
@@ -235,7 +235,7 @@ def lay_out(series: Sequence[bytes], entries: Sequence[Entry]) -> Layout | None:
         None if not sized else bytes(plain),
         b"" if not sized else bytes(not p for p in plain),
         table,
-        Keys(keys),
+        keys,
         pick,
         tuple(consts),
         counts,
