@@ -110,8 +110,9 @@ class Table:
 def tabulate(texts: list[bytes], entries: list[Sized]) -> tuple[Table, list[int]] | None:
     """The table of memory lines ``texts`` (body order) and its line order; None if irregular.
 
-    Irregular: lines with several label layouts, a backslash, or size columns
-    that are not where the shapes' size labels are.
+    Irregular: lines with several label layouts, a backslash, size columns
+    that are not where the shapes' size labels are, or two lines that differ
+    only in their sizes.
     """
     joined = b"\n".join(texts)
     if not texts or b"\\" in joined:
@@ -126,6 +127,8 @@ def tabulate(texts: list[bytes], entries: list[Sized]) -> tuple[Table, list[int]
         return None
     identity = tuple(c for c in range(width) if c not in sizes)
     ids = [tuple(pieces[2 * c + 1] for c in identity) for pieces in split]
+    if len(set(ids)) != len(ids):  # which of two lines of one container is which: by text only
+        return None
     order = sorted(range(len(ids)), key=ids.__getitem__)
     kept = tuple(tuple(sizes[k] for k in entries[o].shape.kept) for o in order)
     table = Table(joined.split(b'"')[0::2], width, identity, [ids[o] for o in order], kept)
