@@ -5,7 +5,7 @@ goal is that 5,000 nodes (~1.25M live series) with 15 minutes at 15 s fit in
 2 GiB of RSS for the whole process: store, normalisers, history, app.
 
 Setup: this process builds the real application (``build_app``) and fills its
-store as :func:`bench.query.fill` does (the simulated cluster, rendered by
+store as :func:`bench.query_fill.fill` does (the simulated cluster, rendered by
 helper processes, normalised and put here, 61 rounds 15 s apart), then
 reports its own ``VmRSS`` and ``VmHWM`` (peak) from ``/proc``, with the
 history's points and bytes. It runs as a process of its own (``python -m
@@ -25,7 +25,8 @@ import time
 from typing import Any
 
 from bench.processes import memory_mib
-from bench.query import HISTORY_MAX_POINTS, STALE_AFTER, fill
+from bench.query_fill import fill
+from bench.query_setup import HISTORY_MAX_POINTS, STALE_AFTER
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings
 

@@ -50,6 +50,7 @@ from collector.web.promapi import PrometheusAPI
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
+from core import heap
 from core.shards import Shard
 from core.tasks import Supervisor
 
@@ -240,6 +241,7 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
     async with (
         app[TASKS].running("store expiry", expire),
         app[TASKS].running("own series", record_own),
+        app[TASKS].running("heap freezing", heap.keep_frozen),
     ):
         yield
 

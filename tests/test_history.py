@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.exposition.render import key_labels
+from collector.promql.query import instant_query
+from collector.promql.values import Element
 from collector.tsdb.history import History
 from collector.tsdb.series import STALE, Columns, Matcher, absent_mask, is_stale
 
@@ -326,3 +328,67 @@ def test_a_window_of_packed_runs_reads_each_series_own_values() -> None:
         if name.split("/")[1] in ("p1", "p3", "p5")
     }
     assert same(points(history, pods, start=30, end=70), want)
+
+
+# --------------------------------------------------------------------------
+# Instant lookups: each series' newest point, read without the blocks
+# --------------------------------------------------------------------------
+
+
+class EveryPoint:
+    """The history, always read whole: what an instant lookup finds with no shortcut."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def select(
+        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+    ) -> Any:
+        return self.history.select(matchers, start, end)
+
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(("monitor", "monitor", "agent", "forget", "trim")),
+        st.sampled_from((0.0, 1.0, 7.0, 30.0, -4.0)),
+        st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=len(KEYS)),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+def lookups(storage: Any, times: Sequence[float]) -> list[list[tuple[Any, ...]]]:
+    out = []
+    for t in times:
+        for query in ('m{ns="a"}', "count(m)", "timestamp(m)", "m offset 20s"):
+            found = instant_query(query, t, storage, lookback=40.0)
+            assert isinstance(found, list)
+            elements = [e for e in found if isinstance(e, Element)]
+            assert len(elements) == len(found)
+            out.append([(sorted(e.labels.items()), repr(e.value)) for e in elements])
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=events, probes=st.lists(st.integers(-3, 3), min_size=1, max_size=4))
+def test_an_instant_lookup_of_the_newest_points_finds_what_reading_every_point_finds(
+    steps: list[tuple[str, float, dict[bytes, float]]], probes: list[int]
+) -> None:
+    """Two sources (one ahead of the other's clock), ends, replays, trims and compactions."""
+    now = [100.0]
+    history = History(retention=150, clock=lambda: now[0])
+    sampled: list[float] = []
+    for what, step, series in steps:
+        now[0] += abs(step)
+        if what == "forget":
+            history.forget("n1", "agent", kept=set())
+        elif what == "trim":
+            history.trim()
+        else:
+            t = now[0] + (step if what == "agent" else 0.0)
+            sampled.append(t)
+            history.record("n1", series, sampled=t, source=what, kept=set(series))
+    # At, just before and after sample times (a point at the lookup time is the edge).
+    times = [t + d / 1000 for t in sampled[-3:] for d in probes] + [now[0] + 5]
+    assert lookups(history, times) == lookups(EveryPoint(history), times)

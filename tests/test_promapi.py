@@ -363,14 +363,14 @@ async def test_queries_are_evaluated_off_the_event_loop(
 ) -> None:
     api, history, end = synthetic
     started, release = threading.Event(), threading.Event()
-    run = Prepared.run
+    evaluate = Prepared.columns  # how a range query is evaluated
 
     def held(self: Prepared) -> Any:
         started.set()
         assert release.wait(60), "the test never released the query"
-        return run(self)
+        return evaluate(self)
 
-    monkeypatch.setattr(Prepared, "run", held)
+    monkeypatch.setattr(Prepared, "columns", held)
     form = {
         "query": "sum by (node) (synthetic)",
         "start": str(end - 3600),

@@ -44,7 +44,9 @@ class MemoryStorage:
                 if hi > lo:
                     yield labels, times[lo:hi], values[lo:hi]
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
+    def select(
+        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+    ) -> Iterable[Columns]:
         self.selects += 1
         found = list(self._matching(matchers, start, end))
         if self.spread:
@@ -609,12 +611,12 @@ def test_unsupported_is_execution_naming_the_feature(
 def test_timeout() -> None:
     class Slow(MemoryStorage):
         def select(
-            self, matchers: Sequence[Matcher], start: float, end: float
+            self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
         ) -> Iterable[Columns]:
             import time
 
             time.sleep(0.05)  # the slowness under test: a select outlasting the query's timeout
-            return super().select(matchers, start, end)
+            return super().select(matchers, start, end, newest)
 
     with pytest.raises(QueryError) as info:
         instant_query("up", 0, Slow(), timeout=0.01)

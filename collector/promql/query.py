@@ -39,7 +39,16 @@ from .limits import Limits
 from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query
 from .select import prefetch
 from .timing import QueryTimes, steps
-from .values import Element, Matrix, QueryError, RangeSeries, Scalar, String, Vector
+from .values import (
+    Element,
+    Matrix,
+    MatrixColumns,
+    QueryError,
+    RangeSeries,
+    Scalar,
+    String,
+    Vector,
+)
 
 MAX_POINTS_PER_SERIES = 11000
 
@@ -91,23 +100,39 @@ class Prepared:
         ]
 
     def _range(self) -> Matrix:
+        return self.columns().series()
+
+    def columns(self) -> MatrixColumns:
+        """Evaluate a range query into arrays (what ``run`` gives as series), sorted by labels."""
         root, ev, at = self.root, self.evaluator, self.at_steps
-        seconds = (at / 1000).tolist()
-        if root.value_type == "scalar":
-            return [RangeSeries({}, list(zip(seconds, ev.scalar(root, at).tolist(), strict=True)))]
-        return _series(ev.vector(root, at), at)
+        assert not self.instant
+        with np.errstate(all="ignore"):
+            if root.value_type == "scalar":
+                values = ev.scalar(root, at)[None, :]
+                return MatrixColumns([()], at, values, np.ones(values.shape, dtype=bool))
+            vec = ev.vector(root, at)
+        index = _label_order(vec)
+        kept = vec.present[index].any(axis=1)
+        index = index[kept]
+        labels = [vec.labels[row] for row in index.tolist()]
+        return MatrixColumns(labels, at, vec.values[index], vec.present[index])
 
 
-def _series(vec: Vec, at: IntArray) -> Matrix:
-    """A vector over the steps as the range query's series, sorted by labels."""
-    out = []
+def _label_order(vec: Vec) -> IntArray:
+    """The rows of ``vec`` sorted by label set.
+
+    Rows still labelled as the storage keeps them (a raw selector's) are in
+    that order already by rank: the storage's order is by label set too.
+    """
+    maps, rank = vec.maps, vec.rank
+    if (
+        rank is not None
+        and maps is not None
+        and all(labels is m.pairs for labels, m in zip(vec.labels, maps, strict=True))
+    ):
+        return np.argsort(rank, kind="stable")
     keys = [pairs_key(labels) for labels in vec.labels]
-    for row in sorted(range(len(keys)), key=keys.__getitem__):
-        index = np.flatnonzero(vec.present[row])
-        if index.size:
-            points = zip((at[index] / 1000).tolist(), vec.values[row, index].tolist(), strict=True)
-            out.append(RangeSeries(dict(vec.labels[row]), list(points)))
-    return out
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
 
 
 def prepare_instant(

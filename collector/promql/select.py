@@ -11,6 +11,7 @@ so later work is per block, not per storage group.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -63,14 +64,15 @@ def prefetch(
     limits: Limits,
 ) -> Selection:
     """Read every selector of ``root`` once, for evaluation at ``at_steps``."""
-    reads: dict[tuple[tuple[Matcher, ...], int, int], Selected] = {}
+    reads: dict[tuple[tuple[Matcher, ...], int, int, bool], Selected] = {}
     data: dict[int, Selected] = {}
-    for sel, lo, hi in _windows(root, at_steps, times, lookback_ms):
-        key = (sel.matchers, lo, hi)
+    for sel, lo, hi, newest in _windows(root, at_steps, times, lookback_ms):
+        key = (sel.matchers, lo, hi, newest)
         selected = reads.get(key)
         if selected is None:
             # A millisecond wider either side; the exact bounds are applied per step.
-            found = storage.select(list(sel.matchers), (lo - 1) / 1000, (hi + 1) / 1000)
+            window = (lo - 1) / 1000, (hi + 1) / 1000
+            found = storage.select(list(sel.matchers), *window, newest=newest)
             selected = reads[key] = _selected(found, lo, hi)
             limits.charge(sum(b.values.size for b in selected.blocks))
         data[id(sel)] = selected
@@ -81,8 +83,9 @@ def prefetch(
 
 def _windows(
     node: Node, at_steps: IntArray, times: QueryTimes, lookback_ms: int
-) -> Iterator[tuple[SelectorNode, int, int]]:
-    """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads.
+) -> Iterator[tuple[SelectorNode, int, int, bool]]:
+    """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads,
+    and whether it looks up only the newest point at ``hi`` (an instant selector at one time).
 
     These are Prometheus' select hints, and like Prometheus' storage a read
     holds nothing outside them: an ``@`` time under ``predict_linear``, whose
@@ -95,7 +98,8 @@ def _windows(
         sel = node if isinstance(node, SelectorNode) else node.selector
         width = node.range_ms if isinstance(node, MatrixNode) else lookback_ms
         at = refs(sel, at_steps, times)
-        yield sel, int(at.min()) - width, int(at.max())
+        lo, hi = int(at.min()), int(at.max())
+        yield sel, lo - width, hi, isinstance(node, SelectorNode) and lo == hi
     elif isinstance(node, SubqueryNode):
         yield from _windows(node.expr, subquery_steps(node, at_steps, times), times, lookback_ms)
     else:
@@ -123,9 +127,16 @@ def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
             axis = axes.setdefault(times.tobytes(), _Axis(times))
             axis.add(columns.labels, values[:, a:b])
     blocks = [axis.block() for axis in axes.values()]
-    every = [key for axis in axes.values() for key in axis.keys]
-    order = np.array(sorted(range(len(every)), key=every.__getitem__), dtype=np.int64)
-    return Selected(blocks, order)
+    return Selected(blocks, _label_order(tuple(key for axis in axes.values() for key in axis.keys)))
+
+
+@functools.lru_cache(maxsize=32)
+def _label_order(keys: tuple[str, ...]) -> IntArray:
+    """The order that sorts ``keys``: the same selector read again (a dashboard refreshing)
+    mostly finds the same series, and sorting their keys is a large part of a read."""
+    order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+    order.flags.writeable = False
+    return order
 
 
 @dataclass(slots=True)

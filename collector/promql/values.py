@@ -8,6 +8,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from collector.tsdb.series import Pairs
 
 ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
@@ -55,6 +58,30 @@ class RangeSeries:
 
 
 Matrix = list[RangeSeries]
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixColumns:
+    """A range query's answer as arrays: series sorted by labels, one column per step.
+
+    Series ``i`` has a point at step ``j`` (``at_ms[j]`` milliseconds) where
+    ``present[i, j]``, of value ``values[i, j]``; every series has one at least.
+    """
+
+    labels: list[Labels]
+    at_ms: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    present: npt.NDArray[np.bool_]
+
+    def series(self) -> Matrix:
+        """The answer as one :class:`RangeSeries` per series."""
+        seconds = self.at_ms / 1000
+        out = []
+        for row, labels in enumerate(self.labels):
+            index = np.flatnonzero(self.present[row])
+            points = zip(seconds[index].tolist(), self.values[row, index].tolist(), strict=True)
+            out.append(RangeSeries(dict(labels), list(points)))
+        return out
 
 
 class QueryError(Exception):

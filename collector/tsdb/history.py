@@ -28,8 +28,9 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Se
 
 import numpy as np
 
+from collector.tsdb.axis import Axis
 from collector.tsdb.labels import Mask, Verdicts
-from collector.tsdb.nodes import Axis, Found, NodeSeries
+from collector.tsdb.nodes import Found, NodeSeries
 from collector.tsdb.series import Columns, Matcher
 
 
@@ -122,16 +123,21 @@ class History:
         """Series with points held (an ended one stays until its last block goes)."""
         return sum(state.size for state in self._nodes.values())
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
+    def select(
+        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+    ) -> Iterable[Columns]:
         """Every series matching all ``matchers`` with its points in ``[start, end]``.
 
         One group per node: the times of all its axes, merged, and a row per
         series with :data:`ABSENT` where it has no point, so the evaluator
-        handles a node's series in whole-array steps.
+        handles a node's series in whole-array steps. ``newest``: the reader
+        only looks up each series' newest point at or before a millisecond
+        before ``end`` (an instant selector), so a node may give just those.
         """
         start = max(start, float(np.nextafter(self._floor, math.inf)))
         for state, want in self._wanted(matchers):
-            grid = state.grid(want, start, end)
+            read = state.newest if newest else state.grid
+            grid = read(want, start, end)
             if grid is not None:
                 ids, times, values = grid
                 yield Columns(times, state.label_sets(ids), values)

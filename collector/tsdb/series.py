@@ -147,8 +147,14 @@ class Columns:
 class Queryable(Protocol):
     """Series storage as the evaluator sees it."""
 
-    def select(self, matchers: Sequence[Matcher], start: float, end: float) -> Iterable[Columns]:
-        """Every series matching all ``matchers`` with points in ``[start, end]``, in groups."""
+    def select(
+        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+    ) -> Iterable[Columns]:
+        """Every series matching all ``matchers`` with points in ``[start, end]``, in groups.
+
+        ``newest``: the reader only looks up each series' newest point at or
+        before a millisecond before ``end``, so the storage may leave out the rest.
+        """
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""

@@ -36,6 +36,7 @@ from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
+from collector.web.promjson import matrix_body
 
 PREFIX = "/prometheus/api/v1"
 _STATUS = {
@@ -141,7 +142,7 @@ class PrometheusAPI:
                 query, at, self._history, self._lookback, remaining, self._max_samples
             )
 
-        return await self._evaluate(prepare, timeout, lambda p, r: _result(p.result_type, r, at))
+        return await self._evaluate(prepare, timeout, lambda p: _result(p.result_type, p.run(), at))
 
     async def query_range(self, params: _Params) -> Any:
         """A range query; Prometheus' limit of 11,000 points per series applies."""
@@ -156,7 +157,7 @@ class PrometheusAPI:
                 query, start, end, step, self._history, self._lookback, remaining, self._max_samples
             )
 
-        return await self._evaluate(prepare, timeout, lambda _, r: _matrix_data(r))
+        return await self._evaluate(prepare, timeout, lambda p: matrix_body(p.columns()))
 
     def _query_timeout(self, params: _Params) -> float:
         """The configured timeout, lowered by the request's ``timeout`` parameter."""
@@ -168,7 +169,7 @@ class PrometheusAPI:
         self,
         prepare: Callable[[float], Prepared],
         allowed: float,
-        shape: Callable[[Prepared, Vector | Scalar | String | Matrix], Any],
+        answer: Callable[[Prepared], Any],
     ) -> Any:
         """Wait for a slot, read on the loop, evaluate and shape the answer in a worker thread.
 
@@ -185,7 +186,7 @@ class PrometheusAPI:
         except BaseException:
             self._slots.release()
             raise
-        work = asyncio.ensure_future(asyncio.to_thread(lambda: shape(prepared, prepared.run())))
+        work = asyncio.ensure_future(asyncio.to_thread(answer, prepared))
         work.add_done_callback(self._finished)
         try:
             return await asyncio.shield(work)
@@ -308,6 +309,8 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return _error("internal", "internal error, see the collector's log")
+        if isinstance(data, bytes):  # a whole body, written by the handler (a range query's)
+            return web.Response(body=data, content_type="application/json")
         return web.json_response({"status": "success", "data": data})
 
     return handle

@@ -1,0 +1,334 @@
+"""One source's points on one node: its closed segments, its open block, and each series' newest point.
+
+:class:`Axis` appends a whole batch at a time into numpy blocks
+(:mod:`collector.tsdb.blocks`) and reads windows of them back as one matrix.
+
+Why it also keeps each series' newest point (time and value, by series id):
+an instant query at "now" needs only that, and Grafana asks it of every node
+on every refresh. Reading it from two arrays costs a few numpy calls per
+node, where decoding the lookback window out of the blocks costs one per
+block and series run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Container, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from collector.tsdb.blocks import (
+    BLOCK,
+    MERGE,
+    Cells,
+    Ids,
+    OpenBlock,
+    Segment,
+    absent,
+    merge,
+    renumbered,
+    stale,
+)
+from collector.tsdb.labels import Mask
+from collector.tsdb.series import ABSENT, STALE
+
+if TYPE_CHECKING:
+    from collector.tsdb.nodes import NodeSeries
+
+AFTER = 0.001
+"""Seconds after an axis' newest time where a series of a source that went gets its marker."""
+_NO_IDS: Ids = np.zeros(0, np.int64)
+_NO_SIDS: NDArray[np.int32] = np.zeros(0, np.int32)
+_NO_ROWS: NDArray[np.intp] = np.zeros(0, np.intp)
+Rows = NDArray[np.intp] | slice
+"""Rows of the open block: a slice while a batch's series are its first rows, in order."""
+
+Grid = tuple[NDArray[np.integer[Any]], NDArray[np.float64], NDArray[np.float64]]
+"""Series ids (ascending), times (ascending), and their values, series x times."""
+Newest = tuple[NDArray[np.intp], NDArray[np.float64], NDArray[np.float64]]
+"""Series ids, and the time and value of each one's newest point."""
+Part = Segment | OpenBlock
+F64 = NDArray[np.float64]
+
+
+class Axis:
+    """One source's points on one node: closed segments, then the open block.
+
+    ``live_*`` are the series its latest column recorded, in batch order, with
+    their ids and open-block rows: a batch with the same keys is written by
+    one numpy assignment. ``marked`` says the latest column holds only markers
+    put there when the source went (:meth:`end`), which a late batch may move.
+    ``newest_t`` and ``newest_v`` hold, by series id, the time and value of
+    each series' newest point here (``-inf``: none).
+    """
+
+    __slots__ = (
+        "block",
+        "closed_bytes",
+        "last",
+        "live_keys",
+        "live_rows",
+        "live_sids",
+        "marked",
+        "newest_t",
+        "newest_v",
+        "segments",
+    )
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self.closed_bytes = 0
+        self.block = OpenBlock(_NO_IDS)
+        self.last = -math.inf
+        self.live_keys: tuple[bytes, ...] = ()
+        self.live_sids: NDArray[np.int32] = _NO_SIDS
+        self.live_rows: Rows = slice(0, 0)
+        self.marked = False
+        self.newest_t: F64 = np.zeros(0)
+        self.newest_v: F64 = np.zeros(0)
+
+    def record(
+        self,
+        node: NodeSeries,
+        series: Mapping[bytes, float],
+        t: float,
+        kept: Container[bytes] | None,
+    ) -> int:
+        """Write a column at ``t``; return how many points the history gained."""
+        moved = _NO_IDS
+        if t <= self.last:
+            if not (self.marked and self._previous() < t):
+                return 0
+            moved = self._retract()
+        keys = tuple(series)
+        block = self._room()
+        if keys == self.live_keys and not len(moved):
+            rows, marks = self.live_rows, _NO_ROWS
+        else:
+            rows, marks = self._churn(node, keys, series, kept, moved)
+        if not keys and not len(marks):
+            return -len(moved)
+        col = block.n
+        block.times[col] = t
+        values = np.fromiter(series.values(), np.float64, len(keys))
+        block.values[col, rows] = values
+        self._note(node.size, self.live_sids, t, values)
+        if len(marks):
+            block.values[col, marks] = STALE
+            self._note(node.size, block.ids[marks], t, STALE)
+        block.n += 1
+        self.last, self.marked = t, False
+        return len(keys) + len(marks) - len(moved)
+
+    def _churn(
+        self,
+        node: NodeSeries,
+        keys: tuple[bytes, ...],
+        series: Mapping[bytes, float],
+        kept: Container[bytes] | None,
+        moved: Ids,
+    ) -> tuple[Rows, NDArray[np.intp]]:
+        """Rows of a batch whose keys changed, and rows of the series that ended with it."""
+        known = dict(zip(self.live_keys, self.live_sids.tolist(), strict=True))
+        missing = [key for key in keys if key not in known]
+        known.update(zip(missing, node.sids_of(missing), strict=True))
+        sids = np.fromiter(map(known.__getitem__, keys), np.int64, len(keys))
+        gone = [key for key in self.live_keys if key not in series]
+        if kept is not None:
+            gone = [key for key in gone if key not in kept]
+        marked = np.array([known[key] for key in gone], np.int64)
+        if len(moved):
+            marked = np.concatenate([marked, np.setdiff1d(moved, sids)])
+        rows = self.block.rows_of(np.concatenate([sids, marked]), node.size)
+        self.live_keys, self.live_sids = keys, sids.astype(np.int32)
+        self.live_rows = rows[: len(keys)]
+        return self.live_rows, rows[len(keys) :]
+
+    def end(self, node: NodeSeries, kept: Container[bytes], at: float) -> int:
+        """The source went: mark its series ``kept`` lacks; it records none of them any more."""
+        gone = [
+            sid
+            for key, sid in zip(self.live_keys, self.live_sids.tolist(), strict=True)
+            if key not in kept
+        ]
+        self.live_keys, self.live_sids = (), _NO_SIDS
+        self.live_rows = slice(0, 0)
+        if not gone:
+            return 0
+        block = self._room()
+        rows = block.rows_of(np.array(gone, np.int64), node.size)
+        t = max(at, self.last + AFTER)
+        block.times[block.n] = t
+        block.values[block.n, rows] = STALE
+        self._note(node.size, block.ids[rows], t, STALE)
+        block.n += 1
+        self.last, self.marked = t, True
+        return len(gone)
+
+    def _note(self, size: int, sids: NDArray[Any], t: float, values: F64 | float) -> None:
+        """Series ``sids`` (below ``size``) have their newest point at ``t``."""
+        if len(self.newest_t) < size:
+            grown = size + size // 4 + 16
+            self.newest_t = np.concatenate(
+                [self.newest_t, np.full(grown - len(self.newest_t), -math.inf)]
+            )
+            self.newest_v = np.concatenate(
+                [self.newest_v, np.full(grown - len(self.newest_v), ABSENT)]
+            )
+        self.newest_t[sids] = t
+        self.newest_v[sids] = values
+
+    def newest(self, want: Mask | None, start: float, end: float) -> Newest:
+        """The series ``want`` marks (all if None) whose newest point lies in ``[start, end]``:
+        their ids, and that point's time and value."""
+        times = self.newest_t
+        inside = times >= start
+        if end < self.last:
+            inside &= times <= end
+        if want is not None:
+            held = min(len(inside), len(want))
+            inside = inside[:held]
+            inside &= want[:held]
+        sids = np.flatnonzero(inside)
+        return sids, times[sids], self.newest_v[sids]
+
+    def renumber(self, alive: Ids, new: Ids) -> None:
+        """Series ``alive[i]`` is now ``i``; ``new`` maps every old id (-1: forgotten)."""
+        self.segments = [renumbered(s, new) for s in self.segments]
+        self.block.ids[: self.block.rows] = new[self.block.ids[: self.block.rows]]
+        self.live_sids = new[self.live_sids].astype(np.int32)
+        held = alive[alive < len(self.newest_t)]
+        self.newest_t = np.concatenate(
+            [self.newest_t[held], np.full(len(alive) - len(held), -math.inf)]
+        )
+        self.newest_v = np.concatenate(
+            [self.newest_v[held], np.full(len(alive) - len(held), ABSENT)]
+        )
+
+    def _previous(self) -> float:
+        """The time of the column before the latest."""
+        if self.block.n >= 2:
+            return float(self.block.times[self.block.n - 2])
+        return float(self.segments[-1].times[-1]) if self.segments else -math.inf
+
+    def _retract(self) -> Ids:
+        """Take back the latest column (markers only); return the series it marked."""
+        block = self.block
+        col = block.n - 1
+        column = block.values[col, : block.rows]
+        marked = block.ids[np.flatnonzero(stale(column))]
+        self.last = self._previous()
+        column[:] = ABSENT
+        block.n = col
+        self.marked = False
+        return marked
+
+    def _room(self) -> OpenBlock:
+        """The open block, with a free column: a full one is packed and a new one opened."""
+        if not self.block.full:
+            return self.block
+        segment = self.block.close()
+        if segment is not None:
+            self.segments.append(segment)
+            self.closed_bytes += segment.nbytes
+            self._merge()
+        self.block = OpenBlock(self.live_sids)
+        self.live_rows = slice(0, len(self.live_sids))
+        return self.block
+
+    def _merge(self) -> None:
+        tail = self.segments[-MERGE:]
+        if len(tail) < MERGE or any(len(s.times) != BLOCK for s in tail):
+            return
+        merged = merge(tail)
+        self.segments[-MERGE:] = [] if merged is None else [merged]
+        self.closed_bytes = sum(s.nbytes for s in self.segments)
+
+    def drop(self, floor: float) -> bool:
+        """Forget the segments wholly at or before ``floor``; whether there were any."""
+        keep = [s for s in self.segments if s.times[-1] > floor]
+        if len(keep) == len(self.segments):
+            return False
+        self.segments = keep
+        self.closed_bytes = sum(s.nbytes for s in keep)
+        return True
+
+    def visible(self, floor: float) -> int:
+        """Points after ``floor``."""
+        total = 0
+        for segment in self.segments:
+            if segment.times[0] > floor:
+                total += segment.points
+            else:
+                lo = int(np.searchsorted(segment.times, floor, "right"))
+                total += len(segment.cells(None, lo, len(segment.times)))
+        block = self.block
+        lo = int(np.searchsorted(block.times[: block.n], floor, "right"))
+        return total + int((~absent(block.values[lo : block.n, : block.rows])).sum())
+
+    def _parts(self, start: float, end: float) -> Iterator[tuple[Part, F64, int, int]]:
+        """The blocks with times in ``[start, end]``, oldest first: each with its times and the
+        index bounds ``[lo, hi)`` of the window in them."""
+        parts: list[Part] = [self.block] if self.block.n else []
+        for segment in reversed(self.segments):
+            if segment.times[-1] < start:
+                break
+            parts.append(segment)
+        for part in reversed(parts):
+            at = part.times[: part.n] if isinstance(part, OpenBlock) else part.times
+            if at[-1] < start or at[0] > end:
+                continue
+            lo = 0 if at[0] >= start else int(np.searchsorted(at, start))
+            hi = len(at) if at[-1] <= end else int(np.searchsorted(at, end, "right"))
+            yield part, at, lo, hi
+
+    def cells(self, want: Mask | None, start: float, end: float) -> list[Cells]:
+        """Points of the series ``want`` marks in ``[start, end]``, block by block, oldest first.
+
+        Each block's cells come series by series, each series' oldest first.
+        """
+        found = []
+        for part, at, lo, hi in self._parts(start, end):
+            cells = part.cells(want, lo, hi)
+            if len(cells):
+                found.append(Cells(cells.sids, cells.cols, cells.values, at[cells.cols]))
+        return found
+
+    def grid(self, want: Mask | None, start: float, end: float) -> Grid | None:
+        """The series ``want`` marks in ``[start, end]`` as one matrix: ids, times, series x times.
+
+        Each block's window is copied into place whole, without listing its
+        cells: this is what a query reads. Rows without a point are left out.
+        """
+        windows = [
+            (at[lo:hi], *part.window(want, lo, hi)) for part, at, lo, hi in self._parts(start, end)
+        ]
+        if not windows:
+            return None
+        if len(windows) == 1:
+            times, sids, matrix = windows[0]
+            order = np.argsort(sids)
+            sids, matrix = sids[order], matrix[order]
+        else:
+            sids = np.unique(np.concatenate([w[1] for w in windows]))
+            times = np.concatenate([w[0] for w in windows])
+            matrix = np.full((len(sids), len(times)), ABSENT)
+            at = 0
+            for part_times, ids, values in windows:
+                matrix[np.searchsorted(sids, ids), at : at + len(part_times)] = values
+                at += len(part_times)
+        held = ~absent(matrix).all(axis=1)
+        if not held.all():
+            sids, matrix = sids[held], matrix[held]
+        return (sids, times, matrix) if len(sids) else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its arrays and live keys hold."""
+        rows = self.live_rows.nbytes if isinstance(self.live_rows, np.ndarray) else 0
+        live = self.live_sids.nbytes + rows + sys.getsizeof(self.live_keys)
+        newest = self.newest_t.nbytes + self.newest_v.nbytes
+        return self.closed_bytes + self.block.nbytes + live + newest

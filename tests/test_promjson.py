@@ -1,0 +1,66 @@
+"""A range query's JSON answer written from arrays says what the per-point encoding says."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.promql.floats import format_float
+from collector.promql.values import Labels, MatrixColumns
+from collector.web import promjson
+from collector.web.promjson import matrix_body
+
+texts = st.text(st.characters(codec="utf-8"), max_size=6)
+label_sets = st.lists(st.tuples(st.from_regex(r"[a-z_]{1,4}", fullmatch=True), texts), max_size=3)
+values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e21, 1e-7, 123456789.0, math.nan]),
+)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> MatrixColumns:
+    steps = draw(st.integers(1, 6))
+    rows = draw(st.integers(0, 5))
+    labels = [tuple(sorted(dict(draw(label_sets)).items())) for _ in range(rows)]
+    at = np.sort(np.array(draw(st.lists(st.integers(0, 2**41), min_size=steps, max_size=steps))))
+    grid = np.array(draw(st.lists(values, min_size=rows * steps, max_size=rows * steps)))
+    present = np.array(draw(st.lists(st.booleans(), min_size=rows * steps, max_size=rows * steps)))
+    present = present.reshape(rows, steps)
+    present[:, 0] = True  # every series of an answer has a point
+    return MatrixColumns(labels, at, grid.reshape(rows, steps), present)
+
+
+def expected(answer: MatrixColumns) -> object:
+    """What the point-by-point encoding of the same answer says."""
+    result = [
+        {"metric": s.labels, "values": [[t, format_float(v)] for t, v in s.points]}
+        for s in answer.series()
+    ]
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(answer=answers())
+def test_the_packed_body_reads_as_the_point_by_point_encoding(answer: MatrixColumns) -> None:
+    assert json.loads(matrix_body(answer)) == expected(answer)
+
+
+def test_chunks_join_without_a_seam(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packed a few points at a time, the pieces meet exactly at the chunk edges."""
+    rng = np.random.default_rng(7)
+    steps, rows = 97, 40
+    values = rng.choice([0.5, -0.0, 3e9, math.inf, 7.25], size=(rows, steps))
+    present = rng.random((rows, steps)) < 0.9
+    present[:, 0] = True
+    labels: list[Labels] = [(("pod", f"p{i}"),) for i in range(rows)]
+    answer = MatrixColumns(labels, np.arange(steps, dtype=np.int64) * 15_000, values, present)
+    whole = matrix_body(answer)
+    assert json.loads(whole) == expected(answer)
+    monkeypatch.setattr(promjson, "CHUNK", 7)
+    assert matrix_body(answer) == whole
