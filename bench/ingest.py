@@ -13,10 +13,17 @@ decides how many nodes one collector can take.
 * peer: ``prometheus_client.parser.text_string_to_metric_families`` over the same
   bodies (decoded outside the timing), every sample consumed, on a subset of
   bodies and compared per sample.
+
+Every rate is given twice: per wall-clock second, and per second of this
+thread's CPU time (``*_cpu_*``: what one core does, whatever else the machine
+runs; on a shared machine the wall-clock rates move with its load).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,20 +42,30 @@ PEER_BODIES = 100
 PEER_REPEATS = 3
 
 
-def peer_rate(bodies: list[bytes]) -> tuple[float, int]:
-    """prometheus_client's samples per second over ``bodies`` (median of repeats), and samples."""
+@contextmanager
+def timed(wall: list[float], cpu: list[float]) -> Iterator[None]:
+    """Append the block's wall-clock seconds to ``wall`` and its thread CPU seconds to ``cpu``."""
+    start = time.thread_time()
+    with stopwatch(wall):
+        yield
+    cpu.append(time.thread_time() - start)
+
+
+def peer_rate(bodies: list[bytes]) -> tuple[float, float, int]:
+    """prometheus_client's samples per wall and per CPU second over ``bodies`` (medians), and samples."""
     texts = [b.decode() for b in bodies]
     settle()
     times: list[float] = []
+    cpu: list[float] = []
     samples = 0
     for _ in range(PEER_REPEATS):
         samples = 0
-        with stopwatch(times):
+        with timed(times, cpu):
             for text in texts:
                 for family in text_string_to_metric_families(text):
                     for _sample in family.samples:
                         samples += 1
-    return samples / median(times), samples
+    return samples / median(times), samples / median(cpu), samples
 
 
 def measure(flavours: tuple[str, ...]) -> dict[str, Any]:
@@ -60,25 +77,33 @@ def measure(flavours: tuple[str, ...]) -> dict[str, Any]:
     settle()
     width = len(bodies) // COLD_SLICES
     cold: list[float] = []
+    cold_cpu: list[float] = []
     for first in range(0, len(bodies), width):
         times: list[float] = []
-        with stopwatch(times):
+        cpu: list[float] = []
+        with timed(times, cpu):
             c.ingest(bodies[first : first + width], first)
         cold.append(c.samples(first, first + width) / times[0])
+        cold_cpu.append(c.samples(first, first + width) / cpu[0])
 
     steady: list[float] = []
     churn: list[float] = []
+    steady_cpu: list[float] = []
+    churn_cpu: list[float] = []
     for _ in range(PASSES[flavours]):
         bodies = c.advance()
         settle()
-        times = []
-        with stopwatch(times):
+        times, cpu = [], []
+        with timed(times, cpu):
             c.ingest(bodies)
-        (churn if c.churns() else steady).append(c.samples() / times[0])
+        churned = c.churns()
+        (churn if churned else steady).append(c.samples() / times[0])
+        (churn_cpu if churned else steady_cpu).append(c.samples() / cpu[0])
 
     samples = c.samples()
-    peer, peer_samples = peer_rate(bodies[:PEER_BODIES])
+    peer, peer_cpu, peer_samples = peer_rate(bodies[:PEER_BODIES])
     rate = median(steady)
+    rate_cpu = median(steady_cpu)
     return {
         "flavours": list(flavours),
         "nodes": len(c.nodes),
@@ -94,6 +119,12 @@ def measure(flavours: tuple[str, ...]) -> dict[str, Any]:
         "peer_samples": peer_samples,
         "ratio_vs_prometheus_client": rate / peer,
         "cold_ratio_vs_prometheus_client": median(cold) / peer,
+        "cold_cpu_samples_per_s": median(cold_cpu),
+        "steady_cpu_samples_per_s": rate_cpu,
+        "steady_cpu_rates": steady_cpu,
+        "churn_cpu_samples_per_s": median(churn_cpu) if churn_cpu else None,
+        "peer_prometheus_client_cpu_samples_per_s": peer_cpu,
+        "cpu_ratio_vs_prometheus_client": rate_cpu / peer_cpu,
         "goal_samples_per_s": GOAL_RATE,
         "goal_ratio": GOAL_RATIO,
         "meets_goal": rate >= GOAL_RATE and rate / peer >= GOAL_RATIO,

@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -81,7 +82,7 @@ class Fill:
     cpu_s: float = 0.0
     rounds: int = 0
     samples: int = 0
-    traced: list[list[dict[bytes, float]]] = field(default_factory=list)
+    traced: list[list[Mapping[bytes, float]]] = field(default_factory=list)
     """The first :data:`TRACE_NODES` nodes' series of every round."""
 
     def figures(self) -> dict[str, Any]:

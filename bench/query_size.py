@@ -6,6 +6,7 @@ import gc
 import math
 import sys
 import tracemalloc
+from collections.abc import Mapping
 from typing import Any
 
 from bench.query_setup import (
@@ -16,7 +17,7 @@ from collector.tsdb.history import History
 
 
 def traced_bytes_per_point(
-    traced: list[list[dict[bytes, float]]], start: float, step: float
+    traced: list[list[Mapping[bytes, float]]], start: float, step: float
 ) -> dict[str, Any]:
     """Feed a fresh History the kept batches under tracemalloc: its bytes per kept point."""
     names = [f"trace-{i}" for i in range(len(traced[0]) if traced else 0)]

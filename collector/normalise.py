@@ -11,48 +11,22 @@ the next, so a push costs a lookup per card and per vGPU.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from collector import schema
 from collector.batch import Batch
-from collector.exposition.parse import Labels, parse, parse_series, parse_value, split_samples
+from collector.exposition.parse import (
+    Frame,
+    Labels,
+    parse,
+    parse_series,
+    parse_value,
+    split_lines,
+)
 from collector.exposition.render import series_key
-
-
-class Derived(NamedTuple):
-    """What a series text becomes when it is not one canonical series of the same value.
-
-    ``outputs`` holds ``(key, fixed value)`` pairs; ``None`` means the sample's
-    own value. ``conflict`` marks a sample whose ``node`` label named another node.
-    """
-
-    outputs: tuple[tuple[bytes, float | None], ...]
-    conflict: bool
-
-
-DROP = Derived((), False)
-"""Cache entry of a series that is dropped on purpose (denied or unmappable), and counted."""
-
-Entry = bytes | Derived
-
-_SIZE_NAMES = sorted((*schema.MEMORY_BREAKDOWN, *schema.BREAKDOWN_DROPPED), key=len, reverse=True)
-_SIZE_LABEL = re.compile(b"([{,](?:" + "|".join(_SIZE_NAMES).encode() + b')=")([^"]*)"')
-"""A byte-size label of the container memory series: its ``[{,]name="`` and its value."""
-
-
-class Shape(NamedTuple):
-    """What a container memory series text becomes, whatever its byte-size label values.
-
-    ``keys[i]`` is the breakdown series of the text's ``kept[i]``-th size
-    label (the others, such as ``offset``, have no canonical series).
-    """
-
-    key: bytes
-    conflict: bool
-    kept: tuple[int, ...]
-    keys: tuple[bytes, ...]
+from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
 
 
 class Group(NamedTuple):
@@ -88,14 +62,24 @@ class PassThrough:
         )
 
 
+def _fixed(text: bytes, entry: Entry) -> bytes | Derived:
+    """A memory line known by its shape as a plain line: its sizes read from ``text``."""
+    if not isinstance(entry, Sized):
+        return entry
+    sizes = SIZE_LABEL.split(text)[2::3]
+    kept = (parse_value(sizes[i]) for i in entry.shape.kept)
+    outputs = ((entry.shape.key, None), *zip(entry.shape.keys, kept, strict=True))
+    return Derived(outputs, entry.shape.conflict)
+
+
 class Normaliser:
     """Map one node's bodies, from any flavour, onto the canonical schema."""
 
     def __init__(self, node: str, passthrough: PassThrough | None = None) -> None:
         self.node = node
         self._passthrough = passthrough or PassThrough()
-        self._cache: dict[bytes, Entry] = {}
-        self._derived: set[Derived] = set()
+        self._layout: Layout | None = None
+        self._frame: Frame | None = None
         self._shapes: dict[bytes, Shape] = {}
         self._families: Mapping[str, schema.Family] = {}
         self._group_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
@@ -103,18 +87,20 @@ class Normaliser:
 
     def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
         """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
-        series, values = split_samples(body)
-        found = list(map(self._cache.get, series))
+        texts, values = split_lines(body)
+        layout, frame = self._layout, self._frame
+        cut = frame.cut(texts, values) if frame is not None else None
+        row = layout.row(*cut) if cut is not None and layout is not None else None
+        if row is None:
+            frame = Frame.of(texts, values)
+            cut = frame.cut(texts, values)
+            assert cut is not None, "a body has its own frame"
+            return self._learn(body, frame, *cut, openmetrics)
+        assert layout is not None
         try:
-            if None in found:
-                self._learn(series, found)
-            if b"_" in b"".join(values):
-                raise ValueError("a value with a digit separator")
-            keys: list[Entry] = found  # type: ignore[assignment]
-            floats = list(map(float, values))
+            return layout.batch(row, self._families)
         except ValueError:
-            keys, floats = self._parse(body, openmetrics)
-        return self._assemble(keys, floats)
+            return self._strict(body, openmetrics)
 
     def readings(self, readings: Readings) -> Batch:
         """Turn decoded readings into canonical series, named and labelled as a HAMi v2.10 monitor does.
@@ -148,66 +134,90 @@ class Normaliser:
         self._group_keys[ident] = keys
         return keys
 
-    def _learn(self, series: tuple[bytes, ...], found: list[Entry | None]) -> None:
-        """Parse only the series texts the cache lacks (new pods, sizes in labels).
+    def _learn(
+        self,
+        body: bytes,
+        frame: Frame,
+        series: Sequence[bytes],
+        values: Sequence[bytes],
+        openmetrics: bool,
+    ) -> Batch:
+        """A body laid out anew (new pods, first scrape): parse only the texts not known.
 
-        Raise ``ValueError`` to send the body to the strict parser: a text that
-        does not parse on its own (it names the line), or a family outside the
-        schema (its HELP and TYPE come from the comment lines).
+        A text that does not parse on its own, a family outside the schema (its
+        HELP and TYPE come from the comment lines) or a bad value send the body
+        to the strict parser, which names the bad line.
         """
-        for i, entry in enumerate(found):
-            if entry is None:
-                found[i] = self._resized(series[i])
-        self._prune(set(series))
+        known = self._known()
+        try:
+            entries = [known.get(text) or self._resolve(text) for text in series]
+            layout = lay_out(series, entries)
+            if layout is None:  # memory lines too irregular for a table: sizes as constants
+                layout = lay_out(series, list(map(_fixed, series, entries)))
+            assert layout is not None, "plain lines need no table"
+            row = layout.row(series, values)
+            assert row is not None, "a body matches its own layout"
+            batch = layout.batch(row, self._families)
+        except ValueError:
+            return self._strict(body, openmetrics)
+        self._keep(layout, frame)
+        return batch
 
-    def _resized(self, raw: bytes) -> Entry:
+    def _known(self) -> dict[bytes, Entry]:
+        """The entries of the last body's texts (memory lines known by their shape aside)."""
+        if self._layout is None:
+            return {}
+        return dict(zip(self._layout.texts, self._layout.entries, strict=True))
+
+    def _resolve(self, raw: bytes) -> Entry:
         """The entry of a new series text; the parser only for a shape not seen before.
 
         Old monitors put byte sizes in label values, so their container memory
         texts are new on every scrape; cut out, the sizes leave a text (the
-        shape) that stays, and the sizes themselves are parsed here.
+        shape) that stays. The layout parses the sizes with the values.
         """
-        pieces = _SIZE_LABEL.split(raw) if b"\\" not in raw else [raw]
+        pieces = SIZE_LABEL.split(raw) if b"\\" not in raw else [raw]
         values, sized = pieces[2::3], pieces[1::3]
         del pieces[2::3]
         template = b"".join(pieces)
         shape = self._shapes.get(template) if values else None
         if shape is not None:
-            sizes = map(parse_value, map(values.__getitem__, shape.kept))
-            derived = Derived(
-                ((shape.key, None), *zip(shape.keys, sizes, strict=True)), shape.conflict
-            )
-            self._cache[raw] = derived
-            self._derived.add(derived)
-            return derived
+            return Sized(shape, len(values))
         name, labels = parse_series(raw)
         if not schema.known(name):
             raise ValueError("a family outside the schema")
-        entry = self._cached(raw, name, labels)
+        entry = self._entry(raw, name, labels)
         memory = schema.LEGACY.get(name, (name,))[0] == schema.CONTAINER_MEMORY
         if memory and values and isinstance(entry, Derived):
-            self._learn_shape(template, sized, entry)
+            shape = self._learn_shape(template, sized, entry)
+            if shape is not None:
+                return Sized(shape, len(values))
         return entry
 
-    def _learn_shape(self, template: bytes, labels: list[bytes], entry: Derived) -> None:
+    def _learn_shape(self, template: bytes, labels: list[bytes], entry: Derived) -> Shape | None:
         """Keep the shape of a container memory text whose size labels made ``entry``."""
         kept = tuple(
             i for i, label in enumerate(labels) if label[1:-2].decode() in schema.MEMORY_BREAKDOWN
         )
         keys = tuple(key for key, _ in entry.outputs[1:])
-        if len(kept) == len(keys):
-            self._shapes[template] = Shape(entry.outputs[0][0], entry.conflict, kept, keys)
+        if len(kept) != len(keys):
+            return None
+        shape = self._shapes[template] = Shape(entry.outputs[0][0], entry.conflict, kept, keys)
+        return shape
 
-    def _parse(self, body: bytes, openmetrics: bool) -> tuple[list[Entry], list[float]]:
+    def _strict(self, body: bytes, openmetrics: bool) -> Batch:
+        """Parse and check the whole body: for bodies the split cannot take, and to name errors."""
         parsed = parse(body, openmetrics)
-        self._prune({s.series for s in parsed.samples})
-        keys: list[Entry] = []
+        known = self._known()
+        entries: list[Entry] = []
         families = dict(self._families)
         for sample in parsed.samples:
-            entry = self._cache.get(sample.series)
+            entry = known.get(sample.series)
             if entry is None:
-                entry = self._cached(sample.series, sample.name, sample.labels)
-            keys.append(entry)
+                entry = known[sample.series] = self._entry(
+                    sample.series, sample.name, sample.labels
+                )
+            entries.append(entry)
             if entry is not DROP and not schema.known(sample.name):
                 families[sample.name] = schema.Family(
                     sample.name,
@@ -216,42 +226,16 @@ class Normaliser:
                 )
         if families != self._families:
             self._families = families
-        return keys, [s.value for s in parsed.samples]
+        layout = lay_out([s.series for s in parsed.samples], entries)
+        assert layout is not None, "plain lines need no table"
+        batch = layout.assemble([s.value for s in parsed.samples], self._families)
+        self._keep(layout, Frame.of(*split_lines(body)))
+        return batch
 
-    def _cached(self, raw: bytes, name: str, labels: Labels) -> Entry:
-        entry = self._entry(raw, name, labels)
-        self._cache[raw] = entry
-        if isinstance(entry, Derived):
-            self._derived.add(entry)
-        return entry
-
-    def _prune(self, live: set[bytes]) -> None:
-        """Keep the cache near the live series: texts with changing sizes in labels churn."""
-        if len(self._cache) > 2 * len(live) + 64:
-            self._cache = {k: v for k, v in self._cache.items() if k in live}
-            self._derived = {e for e in self._cache.values() if isinstance(e, Derived)}
-        if len(self._shapes) > len(live) + 64:
+    def _keep(self, layout: Layout, frame: Frame) -> None:
+        self._layout, self._frame = layout, frame
+        if len(self._shapes) > layout.counts[0] + 64:
             self._shapes.clear()  # shapes of pods gone; the live ones are learnt again
-
-    def _assemble(self, keys: list[Entry], values: Iterable[float]) -> Batch:
-        out: dict[Entry, float] = dict(zip(keys, values, strict=True))
-        duplicates = len(keys) - len(out)
-        dropped = conflicts = 0
-        if self._derived:
-            for entry in self._derived.intersection(out):
-                value = out.pop(entry)
-                if entry is DROP:
-                    dropped = keys.count(DROP)
-                    duplicates -= dropped - 1
-                    continue
-                conflicts += entry.conflict
-                for key, fixed in entry.outputs:
-                    if fixed is None:
-                        duplicates += key in out
-                        out[key] = value
-                    else:
-                        out.setdefault(key, fixed)  # a series of its own beats a label's copy
-        return Batch(out, len(keys), duplicates, conflicts, dropped, self._families)  # type: ignore[arg-type]
 
     def _entry(self, raw: bytes, name: str, labels: Labels) -> Entry:
         if name in schema.UNMAPPABLE_LEGACY:

@@ -157,7 +157,7 @@ class Store:
             merged: dict[bytes, float] = {}
             merged_families: dict[str, schema.Family] = {}
             for held in reversed(ranked):
-                merged.update(held.batch.series)
+                merged.update(held.batch.series.items())  # pairs: no key index built
                 merged_families.update(held.batch.families)
             series, families = merged, merged_families
         view = NodeView(node, self.generation, series, families, tuple(ranked))

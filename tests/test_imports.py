@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("agent", "collector.schema", "collector.allocation", "collector.exposition"),
     ("collector.batch", "collector.tsdb"),
-    ("collector.normalise", "collector.promql"),
+    ("collector.normalise", "collector.layout", "collector.promql"),
     ("collector.store",),
     ("collector.selfmetrics",),
     ("collector.settings", "collector.sources"),
@@ -36,6 +36,7 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("core", "agent"),
     ("collector.promql", "collector.store"),
     ("collector.promql", "collector.normalise"),
+    ("collector.promql", "collector.layout"),
     ("collector.tsdb", "collector.promql"),
 )
 """(importer, imported) prefixes that must never meet, whatever the layers say."""

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.exposition.parse import ParseError, parse, parse_series, split_samples
+from collector.exposition.parse import Frame, ParseError, parse, parse_series, split_lines
 from collector.exposition.render import escape_label_value, format_value
 
 NAMES = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True)
@@ -76,7 +76,8 @@ def test_arbitrary_bytes_raise_only_parse_error(data: bytes) -> None:
     for openmetrics in (False, True):
         with contextlib.suppress(ParseError):
             parse(data, openmetrics)
-    split_samples(data)
+    lines = split_lines(data)
+    assert Frame.of(*lines).cut(*lines) is not None, "a body has its own frame"
 
 
 @settings(max_examples=200, deadline=None)
@@ -152,8 +153,27 @@ def test_errors_name_the_line(body: bytes, lineno: int, words: str) -> None:
     assert str(info.value).startswith(f"line {lineno}:")
 
 
-def test_split_samples_cuts_series_and_values() -> None:
-    body = b'# HELP a x\n# TYPE a gauge\na{l="has space"} 1\na 2\n# HELP b y\nb 3\n'
-    assert split_samples(body) == ((b'a{l="has space"}', b"a", b"b"), (b"1", b"2", b"3"))
-    assert split_samples(b"") == ((), ())
-    assert split_samples(b"# only a comment\n") == ((), ())
+def _samples(body: bytes) -> tuple[tuple[bytes, ...], list[bytes]] | None:
+    lines = split_lines(body)
+    return Frame.of(*lines).cut(*lines)
+
+
+def test_a_frame_cuts_series_and_values() -> None:
+    body = b'# HELP a x\n# TYPE a gauge\na{l="has space"} 1\na 2\n\n#\n# HELP b y\nb 3\n'
+    assert _samples(body) == ((b'a{l="has space"}', b"a", b"b"), [b"1", b"2", b"3"])
+    assert _samples(b"") == ((), [])
+    assert _samples(b"# only a comment\n") == ((), [])
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        b"# HELP a x\na 1\na 2\n# HELP b y\nb 3",  # no final newline: one line fewer
+        b"# HELP a x\na 1\na 2\nc 5\nb 3\n",  # a sample where a comment was
+        b"# HELP a x\na 1\na 2\n#c\nb 3\n",  # a comment without a blank
+    ],
+)
+def test_a_body_with_another_frame_is_not_cut_by_this_one(other: bytes) -> None:
+    """Lines where samples were are the layout's to check (a blank one is a text no layout has)."""
+    frame = Frame.of(*split_lines(b"# HELP a x\na 1\na 2\n# HELP b y\nb 3\n"))
+    assert frame.cut(*split_lines(other)) is None

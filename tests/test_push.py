@@ -7,7 +7,7 @@ import gzip
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -44,7 +44,7 @@ def snapshot(node: SimulatedNode, root: Path, dra: bool = False) -> Payload:
     return Sampler(node.name, [str(root)], None, nvml).snapshot()
 
 
-def canonical(series: dict[bytes, float], node: str) -> dict[SeriesKey, float]:
+def canonical(series: Mapping[bytes, float], node: str) -> dict[SeriesKey, float]:
     out = {}
     for key, value in series.items():
         name, labels = parse_series(key)

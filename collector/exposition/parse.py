@@ -6,10 +6,11 @@ while one collector ingests every monitor of a cluster (1,000 nodes are ~248k
 samples per scrape round). The work is split in two, like Prometheus' own
 ``promparse``:
 
-* :func:`split_samples` is the steady-state fast path. It cuts a whole body into
-  series texts and value texts with C-level ``bytes`` operations only and
-  validates nothing: the normaliser looks each series text up in its cache of
-  texts it has already parsed, so a series seen before is never parsed again.
+* :func:`split_lines` and :class:`Frame` are the steady-state fast path. They
+  cut a whole body into series texts and value texts with C-level ``bytes``
+  operations only and validate nothing: the normaliser compares the series
+  texts with those of the target's last body (or looks up the texts it has
+  already parsed), so a series seen before is never parsed again.
 * :func:`parse` is the strict path, taken when a body holds a series text the
   cache does not know or a value that does not convert. It checks every line
   and raises :class:`ParseError` naming the first bad line, so one bad body
@@ -19,8 +20,9 @@ samples per scrape round). The work is split in two, like Prometheus' own
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress, repeat
 
 _NAME = re.compile(rb"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(rb'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*')
@@ -62,32 +64,66 @@ class Body:
     helps: dict[str, str] = field(default_factory=dict)
 
 
-def split_samples(body: bytes) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """Return the series texts and value texts of ``body``'s sample lines, unchecked.
+def split_lines(body: bytes) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """Cut every line of ``body`` at its last blank, comments and blank lines included, unchecked.
 
-    Comment lines are found by splitting on ``"\\n#"`` (a few per family), so the
-    per-line work is one ``rpartition`` done inside ``map``. A line this cannot
-    cut correctly (a timestamp, stray blanks) yields a series text that no cache
-    holds, which sends the body to :func:`parse`.
+    Two C loops over the lines; a :class:`Frame` then tells the samples apart.
     """
-    chunks = body.split(b"\n#")
-    first = chunks[0]
-    lines: list[bytes] = []
-    if first[:1] == b"#":
-        chunks[0] = first[1:]
-    else:
-        lines = first.split(b"\n")
-        del chunks[0]
-    for chunk in chunks:
-        eol = chunk.find(b"\n") + 1
-        if 0 < eol < len(chunk):
-            lines += chunk[eol:].split(b"\n")
-    while lines and not lines[-1]:
-        lines.pop()
-    if not lines:
-        return (), ()
-    series, _, values = zip(*map(bytes.rpartition, lines, repeat(b" ")), strict=True)
-    return series, values
+    texts, _, values = zip(*map(bytes.rpartition, body.split(b"\n"), repeat(b" ")), strict=True)
+    return texts, values
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Which lines of a body are samples (a 1 in ``samples``), and what the others are.
+
+    A monitor's comments and blank lines stay where they are from scrape to
+    scrape, so a later body with as many lines, whose ``comments`` and
+    ``marks`` still start with ``#`` and whose ``blanks`` are still empty, has
+    its samples where this one had them: :meth:`cut` takes them by mask.
+    """
+
+    samples: bytes
+    comments: array[int]
+    """Comment lines with a blank (cut: their text starts with ``#``)."""
+    marks: array[int]
+    """Comment lines without a blank (cut: no text, the value starts with ``#``)."""
+    blanks: array[int]
+
+    @classmethod
+    def of(cls, texts: tuple[bytes, ...], values: tuple[bytes, ...]) -> Frame:
+        """The frame of a body cut by :func:`split_lines`."""
+        comments, marks, blanks = array("I"), array("I"), array("I")
+        samples = bytearray(len(texts))
+        for i, (text, value) in enumerate(zip(texts, values, strict=True)):
+            if text[:1] == b"#":
+                comments.append(i)
+            elif text:
+                samples[i] = 1
+            elif value[:1] == b"#":
+                marks.append(i)
+            elif not value:
+                blanks.append(i)
+            else:
+                samples[i] = 1
+        return cls(bytes(samples), comments, marks, blanks)
+
+    def cut(
+        self, texts: tuple[bytes, ...], values: tuple[bytes, ...]
+    ) -> tuple[tuple[bytes, ...], list[bytes]] | None:
+        """The series and value texts of the sample lines; None if the body has another frame."""
+        if len(texts) != len(self.samples):
+            return None
+        if not all(map(bytes.startswith, map(texts.__getitem__, self.comments), repeat(b"#"))):
+            return None
+        if self.marks and (
+            any(map(texts.__getitem__, self.marks))
+            or not all(map(bytes.startswith, map(values.__getitem__, self.marks), repeat(b"#")))
+        ):
+            return None
+        if any(map(texts.__getitem__, self.blanks)) or any(map(values.__getitem__, self.blanks)):
+            return None
+        return tuple(compress(texts, self.samples)), list(compress(values, self.samples))
 
 
 def parse_value(text: bytes) -> float:
