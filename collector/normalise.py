@@ -1,11 +1,10 @@
-"""Turn what one source offers, exposition bodies or pushed readings, into canonical series.
+"""Turn the exposition bodies one source offers into canonical series.
 
-This is the one stage between every source and the store. A
-:class:`Normaliser` belongs to one source and so to one node. For bodies it
-maps each *series text* it has seen to what that series becomes in the
-canonical schema, so that in steady state a body costs one cache lookup per
-line; for readings it keeps the keys of each card and vGPU from one push to
-the next, so a push costs a lookup per card and per vGPU.
+This is the stage between every pulled source and the store. A
+:class:`Normaliser` belongs to one source and so to one node. It keeps the
+layout of the source's last body (:mod:`collector.layout`): a body laid out the
+same is matched against it as a whole; a new one is parsed here, each *series
+text* mapped to what that series becomes in the canonical schema.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from collector import schema
 from collector.batch import Batch
@@ -27,25 +25,6 @@ from collector.exposition.parse import (
 )
 from collector.exposition.render import series_key
 from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
-
-
-class Group(NamedTuple):
-    """Readings of one card or one container vGPU: ``values[i]`` goes to ``families[i]``.
-
-    ``labels`` identify the card or vGPU (``zone`` is added here); a value
-    that could not be read is None and makes no series.
-    """
-
-    families: tuple[str, ...]
-    labels: Labels
-    values: tuple[float | None, ...]
-
-
-class Readings(NamedTuple):
-    """One decoded push: its groups, and how many readings were dropped before (no owner)."""
-
-    groups: tuple[Group, ...]
-    dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +61,6 @@ class Normaliser:
         self._frame: Frame | None = None
         self._shapes: dict[bytes, Shape] = {}
         self._families: Mapping[str, schema.Family] = {}
-        self._group_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
-        self._previous_keys: dict[tuple[tuple[str, ...], Labels], tuple[bytes, ...]] = {}
 
     def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
         """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
@@ -101,38 +78,6 @@ class Normaliser:
             return layout.batch(row, self._families)
         except ValueError:
             return self._strict(body, openmetrics)
-
-    def readings(self, readings: Readings) -> Batch:
-        """Turn decoded readings into canonical series, named and labelled as a HAMi v2.10 monitor does.
-
-        ``samples`` counts every reading offered, those dropped before included.
-        """
-        series: dict[bytes, float] = {}
-        offered = 0
-        for group in readings.groups:
-            keys, values = self._keys(group), group.values
-            if None in values:  # a reading that could not be read makes no series
-                kept = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
-                keys, values = tuple(k for k, _ in kept), tuple(v for _, v in kept)
-            series.update(zip(keys, map(float, values), strict=True))  # type: ignore[arg-type]  # None filtered above
-            offered += len(values)
-        self._previous_keys, self._group_keys = self._group_keys, {}
-        return Batch(
-            series,
-            samples=offered + readings.dropped,
-            duplicates=offered - len(series),  # each value either adds its key or repeats one
-            dropped=readings.dropped,
-        )
-
-    def _keys(self, group: Group) -> tuple[bytes, ...]:
-        """The keys of a group; a card's or vGPU's label set rarely changes between two pushes."""
-        ident = (group.families, group.labels)
-        keys = self._group_keys.get(ident) or self._previous_keys.get(ident)
-        if keys is None:
-            labels = (*group.labels, schema.ZONE)
-            keys = tuple(series_key(name, labels) for name in group.families)
-        self._group_keys[ident] = keys
-        return keys
 
     def _learn(
         self,
