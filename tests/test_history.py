@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collector.batch import Series
 from collector.exposition.render import key_labels
 from collector.promql.query import instant_query
 from collector.promql.values import Element
@@ -392,3 +394,13 @@ def test_an_instant_lookup_of_the_newest_points_finds_what_reading_every_point_f
     # At, just before and after sample times (a point at the lookup time is the edge).
     times = [t + d / 1000 for t in sampled[-3:] for d in probes] + [now[0] + 5]
     assert lookups(history, times) == lookups(EveryPoint(history), times)
+
+
+def test_a_packed_batch_is_recorded_as_its_mapping_would_be() -> None:
+    packed, plain = History(), History()
+    for t, series in enumerate(({A: 1.0, B: 2.0}, {A: 1.5}, {A: 2.0, B: math.nan}), 1):
+        keys = tuple(series)
+        packed.record("n1", Series(keys, array("d", series.values())), sampled=float(t))
+        plain.record("n1", dict(series), sampled=float(t))
+    assert same(points(packed), points(plain))
+    assert packed.points == plain.points

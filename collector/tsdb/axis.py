@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from collector.batch import Series
 from collector.tsdb.blocks import (
     BLOCK,
     MERGE,
@@ -52,6 +53,14 @@ Newest = tuple[NDArray[np.intp], NDArray[np.float64], NDArray[np.float64]]
 """Series ids, and the time and value of each one's newest point."""
 Part = Segment | OpenBlock
 F64 = NDArray[np.float64]
+
+
+def _arrays(series: Mapping[bytes, float]) -> tuple[tuple[bytes, ...], F64]:
+    """A batch's keys and values; a normaliser's packed batch is read without a copy."""
+    if isinstance(series, Series):
+        keys, packed = series.packed()
+        return keys, np.frombuffer(packed, np.float64)
+    return tuple(series), np.fromiter(series.values(), np.float64, len(series))
 
 
 class Axis:
@@ -103,9 +112,9 @@ class Axis:
             if not (self.marked and self._previous() < t):
                 return 0
             moved = self._retract()
-        keys = tuple(series)
+        keys, values = _arrays(series)
         block = self._room()
-        if keys == self.live_keys and not len(moved):
+        if (keys is self.live_keys or keys == self.live_keys) and not len(moved):
             rows, marks = self.live_rows, _NO_ROWS
         else:
             rows, marks = self._churn(node, keys, series, kept, moved)
@@ -113,7 +122,6 @@ class Axis:
             return -len(moved)
         col = block.n
         block.times[col] = t
-        values = np.fromiter(series.values(), np.float64, len(keys))
         block.values[col, rows] = values
         self._note(node.size, self.live_sids, t, values)
         if len(marks):
