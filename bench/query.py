@@ -37,8 +37,11 @@ hour, step 60 s) in this process; the same two through
 127.0.0.1; ``GET /api/v1/nodes`` of the REST API. HTTP requests come from a
 separate client process (``python -m bench.query client``: one keep-alive
 connection per target, sequential, bodies read in full, no compression),
-rounds interleaved with the peer's so both see the same load. p99 of 100 runs
-or fewer is their maximum.
+rounds interleaved with the peer's so both see the same load, each request
+sent once both servers are quiet (``bench.query_http.settle``: Prometheus'
+garbage collector goes on for a while after a large answer, and would
+otherwise land in our next timing, or ours in its). p99 of 100 runs or fewer
+is their maximum.
 
 ``--step 15`` fills the hour at 15 s instead (241 rounds); the headline range
 query keeps its 60 s step. The goal's other instant queries (``topk(10, ...)``,
@@ -211,7 +214,12 @@ def run(
                 targets += dashboard.panel_targets(peers, DASHBOARD, now - SPAN, now, step)
             if not rest_how.startswith("not present"):
                 targets.append(["rest_nodes", ours_base, "/api/v1/nodes"])
-            spec: dict[str, Any] = {"targets": targets, "budget": asdict(budget), "out": folder}
+            spec: dict[str, Any] = {
+                "targets": targets,
+                "budget": asdict(budget),
+                "out": folder,
+                "pids": [os.getpid(), prometheus.process.pid],
+            }
             gc.collect()
             http_times, _ = asyncio.run(serve_and_time(app, spec, sock))
             phase("http")

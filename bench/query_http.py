@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from bench.cluster import ROOT
+from bench.processes import cpu_seconds
 from bench.query_budget import Budget, summary
 from bench.query_setup import (
     CLIENT_TIMEOUT,
@@ -24,10 +25,36 @@ from bench.query_setup import (
 )
 from collector.app import SETTINGS, STORE
 
+QUIET_WINDOW_S = 0.2
+QUIET_CPU_S = 0.02
+"""The servers are quiet once they used at most this much CPU over :data:`QUIET_WINDOW_S`
+together (``/proc`` counts in 10 ms ticks)."""
+QUIET_WAIT_S = 10.0
+"""The longest wait for quiet before a request is sent anyway."""
+
+
+def settle(pids: list[int]) -> float:
+    """Wait until the processes ``pids`` are quiet (at most :data:`QUIET_WAIT_S`); the wait.
+
+    Why: the peers share two cores, and each goes on working after a large
+    answer (Go's garbage collector in Prometheus, our heap task), which would
+    land in the timing of whichever request comes next.
+    """
+    began = time.perf_counter()
+    before = sum(map(cpu_seconds, pids))
+    while time.perf_counter() - began < QUIET_WAIT_S:
+        time.sleep(QUIET_WINDOW_S)
+        now = sum(map(cpu_seconds, pids))
+        if now - before <= QUIET_CPU_S:
+            break
+        before = now
+    return time.perf_counter() - began
+
 
 def client(spec: dict[str, Any]) -> dict[str, Any]:
     """Time ``spec["targets"]`` (``[name, base, path]``, and a cap on repeats if a fourth),
-    interleaved, one connection each.
+    interleaved, one connection each, each request sent once the servers ``spec["pids"]``
+    are quiet (:func:`settle`).
 
     Each target is asked once first (reported apart), then in rounds while
     ``spec["budget"]`` (:class:`Budget` fields) allows. The last body of each
@@ -63,6 +90,7 @@ def client(spec: dict[str, Any]) -> dict[str, Any]:
                         url.hostname or "127.0.0.1", url.port, timeout=HTTP_TIMEOUT
                     )
                     conns[name] = conn
+                settle(spec.get("pids", []))
                 t0 = time.perf_counter()
                 status, body = _get(conn, path)
                 elapsed = time.perf_counter() - t0
