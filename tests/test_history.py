@@ -404,3 +404,18 @@ def test_a_packed_batch_is_recorded_as_its_mapping_would_be() -> None:
         plain.record("n1", dict(series), sampled=float(t))
     assert same(points(packed), points(plain))
     assert packed.points == plain.points
+
+
+def test_an_axis_without_the_wanted_series_changes_nothing_of_a_read() -> None:
+    """Every node also has the collector's own series about it, on an axis of their own."""
+    alone, beside = History(), History()
+    for t in range(1, 40):
+        batch = {A: float(t), B: float(-t)} if t % 7 else {A: float(t)}
+        alone.record("n1", batch, sampled=float(t), source="monitor")
+        beside.record("n1", batch, sampled=float(t), source="monitor")
+        beside.record("n1", {b'up{source="m"}': 1.0}, sampled=t + 0.5, source="self")
+    wanted = Matcher.of("__name__", "=", "m")
+    assert same(points(beside, wanted), points(alone, wanted))
+    assert same(points(beside, wanted, start=30, end=35), points(alone, wanted, start=30, end=35))
+    assert lookups(beside, [20.0, 39.0, 39.5]) == lookups(alone, [20.0, 39.0, 39.5])
+    assert "n1//up" in points(beside), "the own series are still read where asked"

@@ -189,6 +189,11 @@ class Axis:
         self.newest_t[sids] = t
         self.newest_v[sids] = values
 
+    def holds(self, want: Mask) -> bool:
+        """Whether it ever recorded one of the series ``want`` marks."""
+        held = min(len(self.newest_t), len(want))
+        return bool((want[:held] & (self.newest_t[:held] > -math.inf)).any())
+
     def newest(self, want: Mask | None, start: float, end: float) -> Newest:
         """The series ``want`` marks (all if None) whose newest point lies in ``[start, end]``:
         their ids, and that point's time and value."""

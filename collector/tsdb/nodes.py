@@ -127,9 +127,9 @@ class NodeSeries:
         A node of one axis copies its blocks' windows in place; with several
         axes, a time two of them share is kept once (the first axis').
         """
-        if len(self.axes) == 1:
-            (axis,) = self.axes.values()
-            return axis.grid(want, start, end)
+        axes = self._holding(want)
+        if len(axes) == 1:
+            return axes[0].grid(want, start, end)
         found = self.found(want, start, end)
         if found is None:
             return None
@@ -149,10 +149,13 @@ class NodeSeries:
         series whose newest point is a staleness marker are left out (a lookup finds
         nothing for them either).
         """
+        axes = self._holding(want)
         lookup = round(end * 1000) - 1  # milliseconds, rounded as the evaluator rounds times
-        if any(round(axis.last * 1000) > lookup for axis in self.axes.values()):
+        if any(round(axis.last * 1000) > lookup for axis in axes):
             return self.grid(want, start, end)
-        found = [axis.newest(want, start, end) for axis in self.axes.values()]
+        found = [axis.newest(want, start, end) for axis in axes]
+        if not found:
+            return None
         if len(found) == 1:
             sids, times, values = found[0]
         else:
@@ -178,7 +181,8 @@ class NodeSeries:
 
         Sorted by series, then time; a time two axes share is kept once.
         """
-        found = [cells for axis in self.axes.values() for cells in axis.cells(want, start, end)]
+        axes = self._holding(want)
+        found = [cells for axis in axes for cells in axis.cells(want, start, end)]
         if len(found) == 1:
             cells = found[0]
             assert cells.times is not None  # cells() looks every time up
@@ -188,13 +192,25 @@ class NodeSeries:
         s = np.concatenate([c.sids for c in found])
         t = np.concatenate([c.times for c in found])
         v = np.concatenate([c.values for c in found])
-        if len(self.axes) == 1:
+        if len(axes) == 1:
             order = np.argsort(s, kind="stable")  # one axis' blocks come oldest first
             return s[order], t[order], v[order]
         order = np.lexsort((t, s))
         s, t, v = s[order], t[order], v[order]
         once = np.concatenate([[True], (s[1:] != s[:-1]) | (t[1:] != t[:-1])])
         return s[once], t[once], v[once]
+
+    def _holding(self, want: Mask | None) -> list[Axis]:
+        """The axes that recorded any of the series ``want`` marks (all if None).
+
+        Why: every node has a second axis, the collector's own series about it
+        (source up, scrape duration), which a selector of GPU series never
+        wants; with it left out, such a read takes the one-axis path.
+        """
+        axes = list(self.axes.values())
+        if want is None or len(axes) == 1:
+            return axes
+        return [axis for axis in axes if axis.holds(want)]
 
     def trim(self, floor: float) -> None:
         """Forget axes and segments wholly at or before ``floor``, then unused series ids."""
