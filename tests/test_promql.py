@@ -764,3 +764,16 @@ def test_conflicts_only_fail_where_they_meet(split: MemoryStorage) -> None:
     assert instant_query('mem + on (node) side{part=~"a|c"}', 100, split) == [
         Element({"node": "n1"}, 11.0)
     ]
+
+
+def test_a_series_with_a_gap_beside_unbroken_ones_finds_the_point_before_its_gap() -> None:
+    """One block holds both: the unbroken rows take the short path, the gappy one its own."""
+    db = MemoryStorage(spread=True)
+    times = [float(t) for t in range(0, 121, 10)]
+    db.add({"__name__": "m", "pod": "whole"}, [(t, t) for t in times])
+    db.add({"__name__": "m", "pod": "gap"}, [(t, -t) for t in times if not 30 <= t <= 70])
+    db.add({"__name__": "m", "pod": "late"}, [(t, 2 * t) for t in times if t >= 50])
+    got = {s.labels["pod"]: s.points for s in range_query("m", 0, 120, 10, db)}
+    assert got["whole"] == [(t, t) for t in times]
+    assert got["gap"] == [(t, -t if not 30 <= t <= 70 else -20.0) for t in times]
+    assert got["late"] == [(t, 2 * t) for t in times if t >= 50]

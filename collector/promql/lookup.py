@@ -82,20 +82,22 @@ def _newest_at(points: BoolArray, pos: IntArray) -> IntArray:
 
     Rows whose points are one unbroken run (a storage's usual rows: a series
     from its first point to its last) need no pass along time: the answer is
-    ``pos`` clipped to the run.
+    ``pos`` clipped to the run. Only the other rows are filled along time.
     """
     rows, width = points.shape
     if points.all():
         return np.broadcast_to(pos, (rows, pos.size))
     first = points.argmax(axis=1)
-    last = width - 1 - points[:, ::-1].argmax(axis=1)
+    # argmax along a reversed view is ~50x slower than along a contiguous copy (numpy 2.4)
+    last = width - 1 - np.ascontiguousarray(points[:, ::-1]).argmax(axis=1)
     count = points.sum(axis=1)
-    if not np.array_equal(np.where(count > 0, last - first + 1, 0), count):
-        return _last_point(points)[:, np.maximum(pos, 0)]
+    gappy = np.flatnonzero(np.where(count > 0, last - first + 1, 0) != count)
     last = np.where(count > 0, last, -1)
     newest: IntArray = np.where(
         pos[None, :] >= first[:, None], np.minimum(pos[None, :], last[:, None]), -1
     )
+    if gappy.size:
+        newest[gappy] = _last_point(points[gappy])[:, np.maximum(pos, 0)]
     return newest
 
 
