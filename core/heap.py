@@ -50,7 +50,14 @@ def fewer_collections() -> Iterator[None]:
 
 
 def freeze() -> int:
-    """Move every object tracked now to the permanent generation; how many it holds."""
+    """Collect what is not frozen yet, then move what is left to the permanent generation;
+    how many objects that generation holds.
+
+    The collection walks only the objects made since the last freeze, and it
+    keeps garbage that is still waiting in a young generation (a request's
+    exception and traceback, say) from being frozen with the rest.
+    """
+    gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
 

@@ -25,15 +25,17 @@ def thawed() -> Iterator[None]:
     gc.unfreeze()
 
 
-def cycle() -> weakref.ref[Node]:
+def cycle() -> tuple[Node, weakref.ref[Node]]:
+    """Two nodes referring to each other: one of them, and a weak reference to it."""
     a, b = Node(), Node()
     a.other, b.other = b, a
-    return weakref.ref(a)
+    return a, weakref.ref(a)
 
 
 def test_freezing_keeps_a_full_collection_off_what_lived_and_a_sweep_frees_its_cycles() -> None:
-    watched = cycle()
+    held, watched = cycle()
     assert heap.freeze() > 0
+    del held  # the cycle is garbage now, among frozen objects
     gc.collect()
     assert watched() is not None, "frozen: the full collection did not walk it"
     assert heap.sweep() >= 2
@@ -41,9 +43,15 @@ def test_freezing_keeps_a_full_collection_off_what_lived_and_a_sweep_frees_its_c
     assert gc.get_freeze_count() > 0, "what is left is frozen again"
 
 
+def test_garbage_waiting_at_a_freeze_is_collected_not_frozen() -> None:
+    watched = cycle()[1]  # garbage already, not yet collected
+    heap.freeze()
+    assert watched() is None
+
+
 def test_a_cycle_made_after_the_freeze_is_collected_as_usual() -> None:
     heap.freeze()
-    watched = cycle()
+    watched = cycle()[1]
     gc.collect()
     assert watched() is None
 
