@@ -300,9 +300,7 @@ class _Feeding:
 
     def _sync(self) -> None:
         store = self._store
-        changed = store.changed_since(self._synced)
-        if changed is None:  # the store's log does not reach back: look at every node
-            changed = [*store.nodes(), *self._lines]
+        changed = store.to_revisit(self._synced, self._lines)
         self._synced = store.generation
         for node in changed:
             view = store.view(node)

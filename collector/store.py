@@ -18,7 +18,7 @@ only enqueue: a put never waits on an output.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,6 +136,13 @@ class Store:
                 break
             changed.append(node)
         return changed
+
+    def to_revisit(self, generation: int, known: Iterable[str]) -> list[str]:
+        """What a reader up to ``generation`` that keeps something per node must look at
+        again: the nodes changed since, or, where the log does not reach back, every node
+        and every one in ``known``."""
+        changed = self.changed_since(generation)
+        return [*self.nodes(), *known] if changed is None else changed
 
     def nodes(self) -> list[str]:
         """Return the nodes that have data, sorted."""

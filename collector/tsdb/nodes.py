@@ -127,10 +127,12 @@ class NodeSeries:
         A node of one axis copies its blocks' windows in place; with several
         axes, a time two of them share is kept once (the first axis').
         """
-        axes = self._holding(want)
+        return self._grid(self._holding(want), want, start, end)
+
+    def _grid(self, axes: list[Axis], want: Mask | None, start: float, end: float) -> Grid | None:
         if len(axes) == 1:
             return axes[0].grid(want, start, end)
-        found = self.found(want, start, end)
+        found = self._found(axes, want, start, end)
         if found is None:
             return None
         sids, times, values = found
@@ -152,7 +154,7 @@ class NodeSeries:
         axes = self._holding(want)
         lookup = round(end * 1000) - 1  # milliseconds, rounded as the evaluator rounds times
         if any(round(axis.last * 1000) > lookup for axis in axes):
-            return self.grid(want, start, end)
+            return self._grid(axes, want, start, end)
         found = [axis.newest(want, start, end) for axis in axes]
         if not found:
             return None
@@ -181,7 +183,9 @@ class NodeSeries:
 
         Sorted by series, then time; a time two axes share is kept once.
         """
-        axes = self._holding(want)
+        return self._found(self._holding(want), want, start, end)
+
+    def _found(self, axes: list[Axis], want: Mask | None, start: float, end: float) -> Found | None:
         found = [cells for axis in axes for cells in axis.cells(want, start, end)]
         if len(found) == 1:
             cells = found[0]

@@ -243,9 +243,7 @@ class MetricsPage:
     def _sync(self) -> None:
         """Bring the families up to the store: render the nodes whose view changed, drop the gone."""
         store = self._store
-        changed = store.changed_since(self._synced)
-        if changed is None:  # the store's log does not reach back: look at every node
-            changed = [*store.nodes(), *self._nodes]
+        changed = store.to_revisit(self._synced, self._nodes)
         self._synced = store.generation
         for node in changed:
             view = store.view(node)
