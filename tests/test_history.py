@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from collector.batch import Series
 from collector.exposition.render import key_labels
-from collector.promql.query import instant_query
+from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
 from collector.tsdb.history import History
 from collector.tsdb.series import STALE, Columns, Matcher, absent_mask, is_stale
@@ -394,6 +394,44 @@ def test_an_instant_lookup_of_the_newest_points_finds_what_reading_every_point_f
     # At, just before and after sample times (a point at the lookup time is the edge).
     times = [t + d / 1000 for t in sampled[-3:] for d in probes] + [now[0] + 5]
     assert lookups(history, times) == lookups(EveryPoint(history), times)
+
+
+def by_step(matrix: Any) -> dict[float, list[tuple[Any, ...]]]:
+    """A range query's answer as the instant answers at each of its steps."""
+    out: dict[float, list[tuple[Any, ...]]] = {}
+    for series in matrix:
+        for t, value in series.points:
+            out.setdefault(t, []).append((sorted(series.labels.items()), repr(value)))
+    return {t: sorted(found) for t, found in out.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=events, every=st.sampled_from((1.0, 3.0, 7.0, 13.0)), back=st.integers(0, 60))
+def test_a_range_query_finds_at_each_step_what_an_instant_query_there_finds(
+    steps: list[tuple[str, float, dict[bytes, float]]], every: float, back: int
+) -> None:
+    """A range query looks each selector up as it reads it, at its steps only."""
+    now = [100.0]
+    history = History(retention=150, clock=lambda: now[0])
+    for what, step, series in steps:
+        now[0] += abs(step)
+        if what == "forget":
+            history.forget("n1", "agent", kept=set())
+        elif what == "trim":
+            history.trim()
+        else:
+            t = now[0] + (step if what == "agent" else 0.0)
+            history.record("n1", series, sampled=t, source=what, kept=set(series))
+    start, end = now[0] - back - 0.5, now[0] + 5
+    for query in ('m{ns="a"}', "sum by (ns) (m)", "m offset 20s", "timestamp(m)"):
+        ranged = by_step(range_query(query, start, end, every, history, lookback=40.0))
+        for k in range(int((end - start) // every) + 1):
+            t = start + k * every
+            found = instant_query(query, t, history, lookback=40.0)
+            assert isinstance(found, list)
+            elements = [e for e in found if isinstance(e, Element)]
+            want = sorted((sorted(e.labels.items()), repr(e.value)) for e in elements)
+            assert ranged.get(t, []) == want, (query, t)
 
 
 def test_a_packed_batch_is_recorded_as_its_mapping_would_be() -> None:

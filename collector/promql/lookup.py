@@ -1,13 +1,12 @@
 """Finding a selector's points at every step: the instant lookback and the range windows.
 
-An instant selector at reference time ``r`` takes each series' newest point in
-``[r - lookback, r]`` unless that point is a staleness marker; a range
-selection at ``r`` takes the points in ``[r - range, r]`` without staleness
-markers (Prometheus 2.x: both ends included). For a block of series on one
-time axis, one ``searchsorted`` of the reference times gives each step's
-index bounds, shared by all series; what differs per series (where its points
-are) comes from forward- and backward-filled "last point" indices and prefix
-counts along time, gathered for all steps at once.
+An instant selector takes each series' newest point within the lookback
+(:mod:`.newest`); a range selection at ``r`` takes the points in ``[r - range,
+r]`` without staleness markers (Prometheus 2.x: both ends included). For a
+block of series on one time axis, one ``searchsorted`` of the reference times
+gives each step's index bounds, shared by all series; what differs per series
+(where its points are) comes from forward- and backward-filled "last point"
+indices and prefix counts along time, gathered for all steps at once.
 """
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ from functools import cached_property
 
 import numpy as np
 
-from collector.tsdb.series import LabelSet, stale_mask
+from collector.tsdb.series import LabelSet
 
 from .arrays import Block, BoolArray, FloatArray, IntArray, Vec
+from .newest import last_point, newest
 from .select import Selected
 
 TENSOR_CELLS = 1 << 22
@@ -31,7 +31,7 @@ def instant(
 ) -> tuple[Vec, IntArray | None]:
     """The selector at reference times ``at``: the vector, and (``with_times``) each element's
     sample time (ms)."""
-    parts = [_instant_block(b, at, lookback_ms, with_times) for b in selected.blocks]
+    parts = [_instant_block(b, at, lookback_ms, with_times, selected) for b in selected.blocks]
     if not parts:
         return Vec.empty(at.size), np.zeros((0, at.size), dtype=np.int64) if with_times else None
     values = _joined([p[0] for p in parts])
@@ -56,56 +56,21 @@ def rank_of(order: IntArray) -> IntArray:
     return rank
 
 
+def _instant_block(
+    block: Block, at: IntArray, lookback_ms: int, with_times: bool, selected: Selected
+) -> tuple[FloatArray, BoolArray, IntArray | None]:
+    """One block at each reference time: values, where found, and sample times if asked."""
+    if selected.at is None:
+        return newest(block.times, block.values, block.present, at, lookback_ms, with_times)
+    # looked up already, at these very times (select.py)
+    assert np.array_equal(at, selected.at)
+    assert not with_times
+    return block.values, ~block.stale, None
+
+
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     """The blocks' rows laid end to end."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def _instant_block(
-    block: Block, at: IntArray, lookback_ms: int, with_times: bool
-) -> tuple[FloatArray, BoolArray, IntArray | None]:
-    """One block at each reference time: values, where found, and sample times if asked."""
-    times = block.times
-    pos = np.searchsorted(times, at, side="right") - 1
-    oldest = np.searchsorted(times, at - lookback_ms, side="left")
-    rows, width = block.values.shape
-    index = _newest_at(block.present, pos)
-    found = (index >= oldest[None, :]) & (pos >= 0)[None, :]
-    index = np.maximum(index, 0)
-    values = block.values.ravel().take(index + (np.arange(rows) * width)[:, None])
-    found &= ~stale_mask(values)  # the newest point is a staleness marker: no value
-    return values, found, times[index] if with_times else None
-
-
-def _newest_at(points: BoolArray, pos: IntArray) -> IntArray:
-    """For each row and step, the index of the newest point at or before ``pos`` (-1 if none).
-
-    Rows whose points are one unbroken run (a storage's usual rows: a series
-    from its first point to its last) need no pass along time: the answer is
-    ``pos`` clipped to the run. Only the other rows are filled along time.
-    """
-    rows, width = points.shape
-    if points.all():
-        return np.broadcast_to(pos, (rows, pos.size))
-    first = points.argmax(axis=1)
-    # argmax along a reversed view is ~50x slower than along a contiguous copy (numpy 2.4)
-    last = width - 1 - np.ascontiguousarray(points[:, ::-1]).argmax(axis=1)
-    count = points.sum(axis=1)
-    gappy = np.flatnonzero(np.where(count > 0, last - first + 1, 0) != count)
-    last = np.where(count > 0, last, -1)
-    newest: IntArray = np.where(
-        pos[None, :] >= first[:, None], np.minimum(pos[None, :], last[:, None]), -1
-    )
-    if gappy.size:
-        newest[gappy] = _last_point(points[gappy])[:, np.maximum(pos, 0)]
-    return newest
-
-
-def _last_point(points: BoolArray) -> IntArray:
-    """For each position, the index of the newest point at or before it (-1 if none)."""
-    ramp = np.arange(points.shape[1], dtype=np.int64)
-    filled: IntArray = np.maximum.accumulate(np.where(points, ramp, -1), axis=1)
-    return filled
 
 
 def _next_point(points: BoolArray) -> IntArray:
@@ -181,7 +146,7 @@ class Window:
 
     @cached_property
     def _last_points(self) -> IntArray:
-        return _last_point(self.points)
+        return last_point(self.points)
 
     @cached_property
     def last(self) -> IntArray:

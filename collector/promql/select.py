@@ -7,6 +7,12 @@ touches the storage, so a caller can run it where the storage is safe to read
 (the event loop) and evaluate the copies elsewhere. Identical reads are shared.
 Groups with the same time axis are joined into one :class:`~.arrays.Block`,
 so later work is per block, not per storage group.
+
+An instant selector of a range query is looked up here, group by group, at
+the very steps it will be evaluated at (:mod:`.newest`): what is kept is one
+value per series and step, not every point of the hour. At 15 s resolution
+that is a quarter of the cells, and joining the groups was the largest cost
+of such a query.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collector.tsdb.series import (
+    STALE,
     Columns,
     LabelSet,
     Matcher,
@@ -30,7 +37,8 @@ from collector.tsdb.series import (
 
 from .arrays import Block, BoolArray, FloatArray, IntArray
 from .limits import Limits
-from .plan import MatrixNode, Node, SelectorNode, SubqueryNode, children
+from .newest import newest
+from .plan import CallNode, MatrixNode, Node, SelectorNode, SubqueryNode, children
 from .timing import QueryTimes, refs, subquery_steps
 from .values import Labels
 
@@ -42,6 +50,9 @@ class Selected:
     blocks: list[Block]
     order: IntArray
     """Row indexes into the blocks' rows laid end to end, sorted by label set (storage order)."""
+    at: IntArray | None = None
+    """Set when looked up already: the reference times (ms) the blocks' columns are, each
+    cell the series' value there or a staleness marker where it has none."""
 
 
 class Selection:
@@ -64,16 +75,17 @@ def prefetch(
     limits: Limits,
 ) -> Selection:
     """Read every selector of ``root`` once, for evaluation at ``at_steps``."""
-    reads: dict[tuple[tuple[Matcher, ...], int, int, bool], Selected] = {}
+    reads: dict[tuple[tuple[Matcher, ...], int, int, bool, bytes], Selected] = {}
     data: dict[int, Selected] = {}
-    for sel, lo, hi, newest in _windows(root, at_steps, times, lookback_ms):
-        key = (sel.matchers, lo, hi, newest)
+    for sel, lo, hi, one, sampled in _windows(root, at_steps, times, lookback_ms):
+        key = (sel.matchers, lo, hi, one, b"" if sampled is None else sampled.tobytes())
         selected = reads.get(key)
         if selected is None:
             # A millisecond wider either side; the exact bounds are applied per step.
             window = (lo - 1) / 1000, (hi + 1) / 1000
-            found = storage.select(list(sel.matchers), *window, newest=newest)
-            selected = reads[key] = _selected(found, lo, hi)
+            found = storage.select(list(sel.matchers), *window, newest=one)
+            lookup = None if sampled is None else (sampled, lookback_ms)
+            selected = reads[key] = _selected(found, lo, hi, lookup)
             limits.charge(sum(b.values.size for b in selected.blocks))
         data[id(sel)] = selected
     for sel in _selectors(root):  # selectors evaluated at no step at all read nothing
@@ -82,15 +94,22 @@ def prefetch(
 
 
 def _windows(
-    node: Node, at_steps: IntArray, times: QueryTimes, lookback_ms: int
-) -> Iterator[tuple[SelectorNode, int, int, bool]]:
+    node: Node,
+    at_steps: IntArray,
+    times: QueryTimes,
+    lookback_ms: int,
+    parent: Node | None = None,
+) -> Iterator[tuple[SelectorNode, int, int, bool, IntArray | None]]:
     """Each selector with the time window ``[lo, hi]`` (milliseconds) its evaluation reads,
-    and whether it looks up only the newest point at ``hi`` (an instant selector at one time).
+    whether it looks up only the newest point at ``hi`` (an instant selector at one time),
+    and the reference times it is looked up at, where they can be looked up as it is read.
 
     These are Prometheus' select hints, and like Prometheus' storage a read
     holds nothing outside them: an ``@`` time under ``predict_linear``, whose
     windows slide with the steps (:func:`~.timing.ref_mode`), sees only the
-    points of its window at the first step.
+    points of its window at the first step. A selector under a subquery or
+    ``timestamp`` is not looked up as read: the steps of the one and the
+    sample times the other needs are known only as it is evaluated.
     """
     if not at_steps.size:
         return
@@ -99,12 +118,17 @@ def _windows(
         width = node.range_ms if isinstance(node, MatrixNode) else lookback_ms
         at = refs(sel, at_steps, times)
         lo, hi = int(at.min()), int(at.max())
-        yield sel, lo - width, hi, isinstance(node, SelectorNode) and lo == hi
+        instant = isinstance(node, SelectorNode)
+        stamped = isinstance(parent, CallNode) and parent.name == "timestamp"
+        sampled = at if instant and lo != hi and not stamped else None
+        yield sel, lo - width, hi, instant and lo == hi, sampled
     elif isinstance(node, SubqueryNode):
-        yield from _windows(node.expr, subquery_steps(node, at_steps, times), times, lookback_ms)
+        inner = subquery_steps(node, at_steps, times)
+        for sel, lo, hi, one, _ in _windows(node.expr, inner, times, lookback_ms, node):
+            yield sel, lo, hi, one, None
     else:
         for child in children(node):
-            yield from _windows(child, at_steps, times, lookback_ms)
+            yield from _windows(child, at_steps, times, lookback_ms, node)
 
 
 def _selectors(node: Node) -> Iterator[SelectorNode]:
@@ -114,20 +138,34 @@ def _selectors(node: Node) -> Iterator[SelectorNode]:
         yield from _selectors(child)
 
 
-def _selected(found: Iterable[Columns], lo: int, hi: int) -> Selected:
+def _selected(
+    found: Iterable[Columns], lo: int, hi: int, lookup: tuple[IntArray, int] | None
+) -> Selected:
     """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
-    series' label order."""
+    series' label order; with ``lookup`` (reference times, lookback), each group looked up
+    at those times, all in one block."""
     axes: dict[bytes, _Axis] = {}
     for columns in found:
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
         a, b = np.searchsorted(times, [lo, hi + 1])
         if a < b:
-            times = times[a:b]
+            times, values = times[a:b], values[:, a:b]
+            if lookup is not None:
+                times, values = _looked_up(times, values, *lookup)
             axis = axes.setdefault(times.tobytes(), _Axis(times))
-            axis.add(columns.labels, values[:, a:b])
+            axis.add(columns.labels, values)
     blocks = [axis.block() for axis in axes.values()]
-    return Selected(blocks, _label_order(tuple(key for axis in axes.values() for key in axis.keys)))
+    order = _label_order(tuple(key for axis in axes.values() for key in axis.keys))
+    return Selected(blocks, order, None if lookup is None else lookup[0])
+
+
+def _looked_up(
+    times: IntArray, values: FloatArray, at: IntArray, lookback_ms: int
+) -> tuple[IntArray, FloatArray]:
+    """Rows at reference times ``at``: their value there, or a staleness marker for none."""
+    found_values, found, _ = newest(times, values, ~absent_mask(values), at, lookback_ms)
+    return at, np.where(found, found_values, STALE)
 
 
 @functools.lru_cache(maxsize=32)
