@@ -29,6 +29,9 @@ from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.store import Store
 
+GOLDEN = (5**0.5 - 1) / 2
+"""Node ``i``'s offset is the fraction of ``i * GOLDEN`` times the step: evenly spread."""
+
 
 def render(nodes: int, first: int, last: int, start: float, rounds: int, step: float) -> None:
     """Render nodes ``first..last-1`` of the cluster for ``rounds`` times to stdout, framed.
@@ -111,9 +114,14 @@ def fill(
     rounds: int = ROUNDS,
     traced: int = TRACE_NODES,
 ) -> Fill:
-    """Put ``rounds`` rounds of every node into ``store``, sampled at ``start + k * step``.
+    """Put ``rounds`` rounds of every node into ``store``, sampled at ``start + k * step``
+    less each node's own offset.
 
-    The batches of the first ``traced`` nodes in the first :data:`TRACE_ROUNDS`
+    Why offsets: a collector scrapes its targets spread over the interval, as
+    Prometheus does, so no two nodes share their sample times; reads must not
+    be measured on the one time axis all nodes would share without them. The
+    offsets are whole milliseconds in ``(-step, 0]``, so no point lies after
+    the last round's time. The batches of the first ``traced`` nodes in the first :data:`TRACE_ROUNDS`
     rounds are kept for the traced history.
     """
     names = [n.name for n in build_cluster(nodes, seed=SEED, flavours=MONITORS, start_time=start)]
@@ -129,6 +137,8 @@ def fill(
         for a, b in itertools.pairwise(cuts)
         if b > a
     ]
+    # spread as evenly as a golden-ratio sequence spreads, whatever the node count
+    offsets = [-round((i * GOLDEN % 1.0) * step * 1000) / 1000 for i in range(nodes)]
     out = Fill()
     cpu0 = time.process_time()
     began = time.perf_counter()
@@ -145,8 +155,8 @@ def fill(
             batches = [n.normalise(b) for n, b in zip(normalisers, bodies, strict=True)]
             t2 = time.perf_counter()
             at = time.monotonic()
-            for source, batch in zip(sources, batches, strict=True):
-                put(source, batch, at, sampled=t)
+            for source, batch, offset in zip(sources, batches, offsets, strict=True):
+                put(source, batch, at, sampled=t + offset)
             t3 = time.perf_counter()
             out.waited_s += t1 - t0
             out.normalise_s += t2 - t1
