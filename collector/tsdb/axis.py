@@ -1,13 +1,17 @@
-"""One source's points on one node: its closed segments, its open block, and each series' newest point.
+"""One source's points on one node: its closed segments, its open block, and its latest batch.
 
 :class:`Axis` appends a whole batch at a time into numpy blocks
 (:mod:`collector.tsdb.blocks`) and reads windows of them back as one matrix.
 
-Why it also keeps each series' newest point (time and value, by series id):
-an instant query at "now" needs only that, and Grafana asks it of every node
-on every refresh. Reading it from two arrays costs a few numpy calls per
-node, where decoding the lookback window out of the blocks costs one per
-block and series run.
+Why it also keeps its latest batch's values, and the newest point of each
+series that left its batches in the last :data:`KEEP` seconds (a staleness
+marker, or the last value of a series that passed to another source of the
+node): an instant query at "now" needs only each series' newest point, and
+Grafana asks it of every node on every refresh. Reading it from those arrays
+costs a few numpy calls per node, where decoding the lookback window out of
+the blocks costs one per block and series run. Only series that left recently
+are kept apart, not every series ever seen: a pod that ended an hour ago
+costs nothing here.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
     from collector.tsdb.nodes import NodeSeries
 
 AFTER = 0.001
+KEEP = 900.0
+"""Seconds the newest point of a series that left is kept apart (three lookbacks)."""
 """Seconds after an axis' newest time where a series of a source that went gets its marker."""
 _NO_IDS: Ids = np.zeros(0, np.int64)
 _NO_SIDS: NDArray[np.int32] = np.zeros(0, np.int32)
@@ -53,6 +59,20 @@ Newest = tuple[NDArray[np.intp], NDArray[np.float64], NDArray[np.float64]]
 """Series ids, and the time and value of each one's newest point."""
 Part = Segment | OpenBlock
 F64 = NDArray[np.float64]
+_NO_VALUES: F64 = np.zeros(0)
+_NO_POINTS: Newest = (np.zeros(0, np.intp), _NO_VALUES, _NO_VALUES)
+
+
+def _joined(a: Newest, b: Newest) -> Newest:
+    sids, times, values = (np.concatenate(pair) for pair in zip(a, b, strict=True))
+    return sids, times, values
+
+
+def _where(points: Newest, picked: Mask) -> Newest:
+    if picked.all():
+        return points
+    sids, times, values = points
+    return sids[picked], times[picked], values[picked]
 
 
 def _arrays(series: Mapping[bytes, float]) -> tuple[tuple[bytes, ...], F64]:
@@ -67,23 +87,27 @@ class Axis:
     """One source's points on one node: closed segments, then the open block.
 
     ``live_*`` are the series its latest column recorded, in batch order, with
-    their ids and open-block rows: a batch with the same keys is written by
-    one numpy assignment. ``marked`` says the latest column holds only markers
-    put there when the source went (:meth:`end`), which a late batch may move.
-    ``newest_t`` and ``newest_v`` hold, by series id, the time and value of
-    each series' newest point here (``-inf``: none).
+    their ids, open-block rows and values: a batch with the same keys is
+    written by one numpy assignment. ``marked`` says the latest column holds
+    only markers put there when the source went (:meth:`end`), which a late
+    batch may move. ``ended`` holds the ids, times and values of the newest
+    points of the series that left its batches within :data:`KEEP` seconds of
+    its latest time: a staleness marker, or the last value of a series that
+    passed to another source of the node. ``seen`` marks, by id, every series
+    it ever recorded.
     """
 
     __slots__ = (
         "block",
         "closed_bytes",
+        "ended",
         "last",
         "live_keys",
         "live_rows",
         "live_sids",
+        "live_values",
         "marked",
-        "newest_t",
-        "newest_v",
+        "seen",
         "segments",
     )
 
@@ -95,9 +119,10 @@ class Axis:
         self.live_keys: tuple[bytes, ...] = ()
         self.live_sids: NDArray[np.int32] = _NO_SIDS
         self.live_rows: Rows = slice(0, 0)
+        self.live_values: F64 = _NO_VALUES
         self.marked = False
-        self.newest_t: F64 = np.zeros(0)
-        self.newest_v: F64 = np.zeros(0)
+        self.ended: Newest = _NO_POINTS
+        self.seen: Mask = np.zeros(0, bool)
 
     def record(
         self,
@@ -117,16 +142,15 @@ class Axis:
         if (keys is self.live_keys or keys == self.live_keys) and not len(moved):
             rows, marks = self.live_rows, _NO_ROWS
         else:
-            rows, marks = self._churn(node, keys, series, kept, moved)
+            rows, marks = self._churn(node, keys, series, kept, moved, t)
+        self.live_values = values
         if not keys and not len(marks):
             return -len(moved)
         col = block.n
         block.times[col] = t
         block.values[col, rows] = values
-        self._note(node.size, self.live_sids, t, values)
         if len(marks):
             block.values[col, marks] = STALE
-            self._note(node.size, block.ids[marks], t, STALE)
         block.n += 1
         self.last, self.marked = t, False
         return len(keys) + len(marks) - len(moved)
@@ -138,31 +162,33 @@ class Axis:
         series: Mapping[bytes, float],
         kept: Container[bytes] | None,
         moved: Ids,
+        t: float,
     ) -> tuple[Rows, NDArray[np.intp]]:
-        """Rows of a batch whose keys changed, and rows of the series that ended with it."""
+        """Rows of a batch at ``t`` whose keys changed, and rows of the series that ended with it."""
         known = dict(zip(self.live_keys, self.live_sids.tolist(), strict=True))
         missing = [key for key in keys if key not in known]
         known.update(zip(missing, node.sids_of(missing), strict=True))
         sids = np.fromiter(map(known.__getitem__, keys), np.int64, len(keys))
-        gone = [key for key in self.live_keys if key not in series]
+        left = [i for i, key in enumerate(self.live_keys) if key not in series]
         if kept is not None:
-            gone = [key for key in gone if key not in kept]
-        marked = np.array([known[key] for key in gone], np.int64)
+            self._hand([i for i in left if self.live_keys[i] in kept])
+            left = [i for i in left if self.live_keys[i] not in kept]
+        marked = self.live_sids[left].astype(np.int64)
         if len(moved):
             marked = np.concatenate([marked, np.setdiff1d(moved, sids)])
         rows = self.block.rows_of(np.concatenate([sids, marked]), node.size)
         self.live_keys, self.live_sids = keys, sids.astype(np.int32)
         self.live_rows = rows[: len(keys)]
+        self._see(node.size, sids)
+        self._mark(marked, t)
         return self.live_rows, rows[len(keys) :]
 
     def end(self, node: NodeSeries, kept: Container[bytes], at: float) -> int:
         """The source went: mark its series ``kept`` lacks; it records none of them any more."""
-        gone = [
-            sid
-            for key, sid in zip(self.live_keys, self.live_sids.tolist(), strict=True)
-            if key not in kept
-        ]
-        self.live_keys, self.live_sids = (), _NO_SIDS
+        self._hand([i for i, key in enumerate(self.live_keys) if key in kept])
+        sids = self.live_sids.tolist()
+        gone = [sid for key, sid in zip(self.live_keys, sids, strict=True) if key not in kept]
+        self.live_keys, self.live_sids, self.live_values = (), _NO_SIDS, _NO_VALUES
         self.live_rows = slice(0, 0)
         if not gone:
             return 0
@@ -171,55 +197,75 @@ class Axis:
         t = max(at, self.last + AFTER)
         block.times[block.n] = t
         block.values[block.n, rows] = STALE
-        self._note(node.size, block.ids[rows], t, STALE)
+        self._mark(np.array(gone, np.int64), t)
         block.n += 1
         self.last, self.marked = t, True
         return len(gone)
 
-    def _note(self, size: int, sids: NDArray[Any], t: float, values: F64 | float) -> None:
-        """Series ``sids`` (below ``size``) have their newest point at ``t``."""
-        if len(self.newest_t) < size:
-            grown = size + size // 4 + 16
-            self.newest_t = np.concatenate(
-                [self.newest_t, np.full(grown - len(self.newest_t), -math.inf)]
-            )
-            self.newest_v = np.concatenate(
-                [self.newest_v, np.full(grown - len(self.newest_v), ABSENT)]
-            )
-        self.newest_t[sids] = t
-        self.newest_v[sids] = values
+    def _hand(self, live: list[int]) -> None:
+        """The latest batch's series at ``live`` (indexes) passed to another source unmarked:
+        their newest points here are their last values."""
+        if live:
+            sids = self.live_sids[live].astype(np.intp)
+            self._ended((sids, np.full(len(sids), self.last), self.live_values[live]))
+
+    def _mark(self, sids: Ids, t: float) -> None:
+        """Series ``sids`` got a staleness marker at ``t``."""
+        if len(sids):
+            self._ended((sids.astype(np.intp), np.full(len(sids), t), np.full(len(sids), STALE)))
+
+    def _ended(self, points: Newest) -> None:
+        ended = self.ended
+        if len(ended[0]):
+            ended = _where(ended, ended[1] >= max(self.last, points[1].max()) - KEEP)
+        self.ended = _joined(ended, points)
+
+    def _see(self, size: int, sids: Ids) -> None:
+        """Series ``sids`` (below ``size``) are recorded here from now on."""
+        if len(self.ended[0]):
+            self.ended = _where(self.ended, ~np.isin(self.ended[0], sids))
+        if len(self.seen) < size:
+            self.seen = np.concatenate([self.seen, np.zeros(size + size // 4 + 16, bool)])
+        self.seen[sids] = True
 
     def holds(self, want: Mask) -> bool:
         """Whether it ever recorded one of the series ``want`` marks."""
-        held = min(len(self.newest_t), len(want))
-        return bool((want[:held] & (self.newest_t[:held] > -math.inf)).any())
+        held = min(len(self.seen), len(want))
+        return bool((want[:held] & self.seen[:held]).any())
+
+    def remembers(self, start: float) -> bool:
+        """Whether :meth:`newest` knows every newest point at or after ``start``."""
+        return start >= self.last - KEEP
 
     def newest(self, want: Mask | None, start: float, end: float) -> Newest:
-        """The series ``want`` marks (all if None) whose newest point lies in ``[start, end]``:
-        their ids, and that point's time and value."""
-        times = self.newest_t
-        inside = times >= start
-        if end < self.last:
-            inside &= times <= end
+        """The series ``want`` marks (all if None) whose newest point here lies in ``[start,
+        end]`` (see :meth:`remembers`): their ids, and that point's time and value."""
+        sids, times, _ = self.ended
+        inside = (times >= start) & (times <= end)
         if want is not None:
-            held = min(len(inside), len(want))
-            inside = inside[:held]
-            inside &= want[:held]
-        sids = np.flatnonzero(inside)
-        return sids, times[sids], self.newest_v[sids]
+            inside &= want[sids]
+        ended = _where(self.ended, inside)
+        if not len(self.live_sids) or not start <= self.last <= end:
+            return ended
+        sids, values = self.live_sids.astype(np.intp), self.live_values
+        if want is not None:
+            picked = want[sids]
+            sids, values = sids[picked], values[picked]
+        live = (sids, np.full(len(sids), self.last), values)
+        return _joined(ended, live) if len(ended[0]) else live
 
     def renumber(self, alive: Ids, new: Ids) -> None:
         """Series ``alive[i]`` is now ``i``; ``new`` maps every old id (-1: forgotten)."""
         self.segments = [renumbered(s, new) for s in self.segments]
         self.block.ids[: self.block.rows] = new[self.block.ids[: self.block.rows]]
         self.live_sids = new[self.live_sids].astype(np.int32)
-        held = alive[alive < len(self.newest_t)]
-        self.newest_t = np.concatenate(
-            [self.newest_t[held], np.full(len(alive) - len(held), -math.inf)]
-        )
-        self.newest_v = np.concatenate(
-            [self.newest_v[held], np.full(len(alive) - len(held), ABSENT)]
-        )
+        sids, times, values = self.ended
+        sids = new[sids]
+        self.ended = _where((sids.astype(np.intp), times, values), sids >= 0)
+        seen = np.zeros(len(alive), bool)
+        held = alive < len(self.seen)
+        seen[held] = self.seen[alive[held]]
+        self.seen = seen
 
     def _previous(self) -> float:
         """The time of the column before the latest."""
@@ -233,6 +279,7 @@ class Axis:
         col = block.n - 1
         column = block.values[col, : block.rows]
         marked = block.ids[np.flatnonzero(stale(column))]
+        self.ended = _where(self.ended, self.ended[1] != self.last)  # its markers
         self.last = self._previous()
         column[:] = ABSENT
         block.n = col
@@ -262,6 +309,7 @@ class Axis:
 
     def drop(self, floor: float) -> bool:
         """Forget the segments wholly at or before ``floor``; whether there were any."""
+        self.ended = _where(self.ended, self.ended[1] > floor)
         keep = [s for s in self.segments if s.times[-1] > floor]
         if len(keep) == len(self.segments):
             return False
@@ -343,5 +391,5 @@ class Axis:
         """Bytes its arrays and live keys hold."""
         rows = self.live_rows.nbytes if isinstance(self.live_rows, np.ndarray) else 0
         live = self.live_sids.nbytes + rows + sys.getsizeof(self.live_keys)
-        newest = self.newest_t.nbytes + self.newest_v.nbytes
-        return self.closed_bytes + self.block.nbytes + live + newest
+        live += self.live_values.nbytes + self.seen.nbytes + sum(a.nbytes for a in self.ended)
+        return self.closed_bytes + self.block.nbytes + live

@@ -144,16 +144,17 @@ class NodeSeries:
 
     def newest(self, want: Mask | None, start: float, end: float) -> Grid | None:
         """What an instant lookup a millisecond before ``end`` needs of the series ``want``
-        marks: their newest points in ``[start, end]``, or, while an axis holds a point after
-        the lookup's millisecond, every point of the window (:meth:`grid`).
+        marks: their newest points in ``[start, end]``, or every point of the window
+        (:meth:`grid`) while an axis holds a point after the lookup's millisecond, or
+        the window reaches back further than an axis keeps the points of series that left.
 
-        The newest points are read from each axis' per-series record, not the blocks;
-        series whose newest point is a staleness marker are left out (a lookup finds
-        nothing for them either).
+        The newest points are read from each axis' latest batch and recent ends, not
+        the blocks; series whose newest point is a staleness marker are left out (a
+        lookup finds nothing for them either).
         """
         axes = self._holding(want)
         lookup = round(end * 1000) - 1  # milliseconds, rounded as the evaluator rounds times
-        if any(round(axis.last * 1000) > lookup for axis in axes):
+        if any(round(axis.last * 1000) > lookup or not axis.remembers(start) for axis in axes):
             return self._grid(axes, want, start, end)
         found = [axis.newest(want, start, end) for axis in axes]
         if not found:
