@@ -85,8 +85,7 @@ def prefetch(
             window = (lo - 1) / 1000, (hi + 1) / 1000
             found = storage.select(list(sel.matchers), *window, newest=one)
             lookup = None if sampled is None else (sampled, lookback_ms)
-            selected = reads[key] = _selected(found, lo, hi, lookup)
-            limits.charge(sum(b.values.size for b in selected.blocks))
+            selected = reads[key] = _selected(found, lo, hi, lookup, limits)
         data[id(sel)] = selected
     for sel in _selectors(root):  # selectors evaluated at no step at all read nothing
         data.setdefault(id(sel), Selected([], np.zeros(0, dtype=np.int64)))
@@ -120,7 +119,7 @@ def _windows(
         lo, hi = int(at.min()), int(at.max())
         instant = isinstance(node, SelectorNode)
         stamped = isinstance(parent, CallNode) and parent.name == "timestamp"
-        sampled = at if instant and lo != hi and not stamped else None
+        sampled = at if instant and not stamped else None
         yield sel, lo - width, hi, instant and lo == hi, sampled
     elif isinstance(node, SubqueryNode):
         inner = subquery_steps(node, at_steps, times)
@@ -139,18 +138,24 @@ def _selectors(node: Node) -> Iterator[SelectorNode]:
 
 
 def _selected(
-    found: Iterable[Columns], lo: int, hi: int, lookup: tuple[IntArray, int] | None
+    found: Iterable[Columns],
+    lo: int,
+    hi: int,
+    lookup: tuple[IntArray, int] | None,
+    limits: Limits,
 ) -> Selected:
     """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
     series' label order; with ``lookup`` (reference times, lookback), each group looked up
-    at those times, all in one block."""
+    at those times, all in one block. Every cell read is charged to ``limits``."""
     axes: dict[bytes, _Axis] = {}
     for columns in found:
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
-        a, b = np.searchsorted(times, [lo, hi + 1])
+        inside = times.size and lo <= times[0] and times[-1] <= hi
+        a, b = (0, times.size) if inside else np.searchsorted(times, [lo, hi + 1])
         if a < b:
             times, values = times[a:b], values[:, a:b]
+            limits.charge(values.size)
             if lookup is not None:
                 times, values = _looked_up(times, values, *lookup)
             axis = axes.setdefault(times.tobytes(), _Axis(times))
@@ -164,6 +169,9 @@ def _looked_up(
     times: IntArray, values: FloatArray, at: IntArray, lookback_ms: int
 ) -> tuple[IntArray, FloatArray]:
     """Rows at reference times ``at``: their value there, or a staleness marker for none."""
+    if times.size == 1:  # a node's newest points, all of one time (an instant query's read)
+        inside = (times[0] <= at) & (times[0] >= at - lookback_ms)
+        return at, np.where(inside[None, :] & ~absent_mask(values), values, STALE)
     found_values, found, _ = newest(times, values, ~absent_mask(values), at, lookback_ms)
     return at, np.where(found, found_values, STALE)
 

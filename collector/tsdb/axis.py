@@ -35,6 +35,7 @@ from collector.tsdb.blocks import (
     absent,
     merge,
     renumbered,
+    run_cells,
     stale,
 )
 from collector.tsdb.labels import Mask
@@ -237,11 +238,14 @@ class Axis:
         """Whether :meth:`newest` knows every newest point at or after ``start``."""
         return start >= self.last - KEEP
 
-    def newest(self, want: Mask | None, start: float, end: float) -> Newest:
+    def newest(self, want: Mask | None, start: float, end: float, markers: bool = True) -> Newest:
         """The series ``want`` marks (all if None) whose newest point here lies in ``[start,
-        end]`` (see :meth:`remembers`): their ids, and that point's time and value."""
-        sids, times, _ = self.ended
+        end]`` (see :meth:`remembers`): their ids, and that point's time and value; those
+        whose newest point is a staleness marker only if ``markers``."""
+        sids, times, values = self.ended
         inside = (times >= start) & (times <= end)
+        if not markers:
+            inside &= ~stale(values)
         if want is not None:
             inside &= want[sids]
         ended = _where(self.ended, inside)
@@ -361,26 +365,32 @@ class Axis:
     def grid(self, want: Mask | None, start: float, end: float) -> Grid | None:
         """The series ``want`` marks in ``[start, end]`` as one matrix: ids, times, series x times.
 
-        Each block's window is copied into place whole, without listing its
-        cells: this is what a query reads. Rows without a point are left out.
+        The segments' runs are cut to the window all at once
+        (:func:`~collector.tsdb.blocks.run_cells`) and the open block's window is
+        copied whole, without listing cells: this is what a query reads. Rows
+        without a point are left out.
         """
-        windows = [
-            (at[lo:hi], *part.window(want, lo, hi)) for part, at, lo, hi in self._parts(start, end)
-        ]
-        if not windows:
+        parts = list(self._parts(start, end))
+        if not parts:
             return None
-        if len(windows) == 1:
-            times, sids, matrix = windows[0]
-            order = np.argsort(sids)
-            sids, matrix = sids[order], matrix[order]
+        times = np.concatenate([at[lo:hi] for _, at, lo, hi in parts])
+        segments = [(part, lo, hi) for part, _, lo, hi in parts if isinstance(part, Segment)]
+        cells = run_cells(segments, want) if segments else None
+        opened = None
+        part, _, lo, hi = parts[-1]
+        if isinstance(part, OpenBlock):
+            opened = part.window(want, lo, hi)
+        if cells is None:
+            assert opened is not None
+            order = np.argsort(opened[0])
+            sids, matrix = opened[0][order], opened[1][order]
         else:
-            sids = np.unique(np.concatenate([w[1] for w in windows]))
-            times = np.concatenate([w[0] for w in windows])
+            runs = cells.ids
+            sids = np.unique(runs if opened is None else np.concatenate([runs, opened[0]]))
             matrix = np.full((len(sids), len(times)), ABSENT)
-            at = 0
-            for part_times, ids, values in windows:
-                matrix[np.searchsorted(sids, ids), at : at + len(part_times)] = values
-                at += len(part_times)
+            matrix[np.searchsorted(sids, runs)[cells.run], cells.cols] = cells.values
+            if opened is not None:
+                matrix[np.searchsorted(sids, opened[0]), len(times) - (hi - lo) :] = opened[1]
         held = ~absent(matrix).all(axis=1)
         if not held.all():
             sids, matrix = sids[held], matrix[held]

@@ -21,6 +21,7 @@ touches fewer of them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,12 +192,6 @@ class Segment:
         """The segment as a times x series matrix again, :data:`ABSENT` outside the runs."""
         return self.rows(np.arange(len(self.ids)), 0, len(self.times)).T
 
-    def window(self, want: Mask | None, lo: int, hi: int) -> tuple[NDArray[Any], F64]:
-        """The series ``want`` marks (all if None) over times ``[lo, hi)``: their ids and a
-        series x times matrix, :data:`ABSENT` outside their runs."""
-        picked = np.arange(len(self.ids)) if want is None else np.flatnonzero(want[self.ids])
-        return self.ids[picked], self.rows(picked, lo, hi)
-
     def rows(self, picked: NDArray[Any], lo: int, hi: int) -> F64:
         """Series at indexes ``picked`` over times ``[lo, hi)``, series x times."""
         starts = np.cumsum(self.stored, dtype=np.int64) - self.stored
@@ -208,6 +203,56 @@ class Segment:
         taken = self.values.take(np.minimum(index, max(len(self.values) - 1, 0)))
         window: F64 = np.where(run, taken, ABSENT)
         return window
+
+
+@dataclass(frozen=True, slots=True)
+class RunCells:
+    """Cells of runs: each run's series id (runs with cells only), and per cell its run,
+    column and value."""
+
+    ids: Ids
+    run: Ids
+    cols: Ids
+    values: F64
+
+
+def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> RunCells:
+    """The cells of the series ``want`` marks (all if None) in consecutive segments' windows
+    ``[lo, hi)``, all segments at once: ``cols`` count the windows' times laid end to end.
+
+    Why at once: a node's hour is several segments, and reading them one by one
+    costs a score of numpy calls each; here every run of every segment is cut to
+    its window and expanded to cells in one pass. Cells inside a run may be
+    :data:`ABSENT` (a gap).
+    """
+    segments = [w[0] for w in windows]
+    counts = [len(seg.ids) for seg in segments]
+    part = np.repeat(np.arange(len(segments)), counts)
+    ids = np.concatenate([seg.ids for seg in segments])
+    stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
+    # where each run's cells start in its own segment's values
+    ends = np.cumsum(stored)
+    sizes = np.array([len(seg.values) for seg in segments], np.int64)
+    starts = ends - stored - (np.cumsum(sizes) - sizes)[part]
+    picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
+    first = np.concatenate([seg.first for seg in segments]).astype(np.int64)[picked]
+    width = np.concatenate([seg.width for seg in segments]).astype(np.int64)[picked]
+    part = part[picked]
+    lo, hi = (np.array(bounds, np.int64) for bounds in zip(*[w[1:] for w in windows], strict=True))
+    begin = np.maximum(first, lo[part])
+    count = np.minimum(first + width, hi[part]) - begin
+    inside = np.flatnonzero(count > 0)
+    picked, first, part, begin, count = (a[inside] for a in (picked, first, part, begin, count))
+    run = np.repeat(np.arange(len(picked)), count)
+    col = begin[run] + np.arange(len(run)) - (np.cumsum(count) - count)[run]
+    step = (stored[picked] > 1)[run]
+    index = starts[picked][run] + (col - first[run]) * step
+    shift = np.cumsum(hi - lo) - (hi - lo) - lo  # a segment's time index to its window's column
+    taken = np.cumsum(np.bincount(part, count, len(segments)).astype(np.int64))
+    values = np.concatenate(
+        [seg.values.take(index[a:b]) for seg, a, b in zip(segments, [0, *taken], taken)]
+    )
+    return RunCells(ids[picked].astype(np.int64), run, col + shift[part[run]], values)
 
 
 def _offsets(times: int, first: NDArray[Any]) -> NDArray[np.uint64]:

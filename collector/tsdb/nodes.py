@@ -156,7 +156,8 @@ class NodeSeries:
         lookup = round(end * 1000) - 1  # milliseconds, rounded as the evaluator rounds times
         if any(round(axis.last * 1000) > lookup or not axis.remembers(start) for axis in axes):
             return self._grid(axes, want, start, end)
-        found = [axis.newest(want, start, end) for axis in axes]
+        # a marker matters only where it may hide another axis' older point of its series
+        found = [axis.newest(want, start, end, markers=len(axes) > 1) for axis in axes]
         if not found:
             return None
         if len(found) == 1:
