@@ -20,6 +20,7 @@ touches fewer of them.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -248,9 +249,10 @@ def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) ->
     step = (stored[picked] > 1)[run]
     index = starts[picked][run] + (col - first[run]) * step
     shift = np.cumsum(hi - lo) - (hi - lo) - lo  # a segment's time index to its window's column
-    taken = np.cumsum(np.bincount(part, count, len(segments)).astype(np.int64))
+    taken = np.cumsum(np.bincount(part, count, len(segments)).astype(np.int64)).tolist()
+    bounds = itertools.pairwise([0, *taken])
     values = np.concatenate(
-        [seg.values.take(index[a:b]) for seg, a, b in zip(segments, [0, *taken], taken)]
+        [seg.values.take(index[a:b]) for seg, (a, b) in zip(segments, bounds, strict=True)]
     )
     return RunCells(ids[picked].astype(np.int64), run, col + shift[part[run]], values)
 
