@@ -16,7 +16,7 @@ from collector.exposition.render import key_labels
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
 from collector.tsdb.history import History
-from collector.tsdb.series import STALE, Columns, Matcher, absent_mask, is_stale
+from collector.tsdb.series import STALE, Columns, Lookup, Matcher, absent_mask, is_stale
 
 A, B = b'm{pod="a"}', b'm{pod="b"}'
 
@@ -344,7 +344,12 @@ class EveryPoint:
         self.history = history
 
     def select(
-        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+        self,
+        matchers: Sequence[Matcher],
+        start: float,
+        end: float,
+        newest: bool = False,
+        lookup: Lookup | None = None,
     ) -> Any:
         return self.history.select(matchers, start, end)
 
@@ -432,6 +437,85 @@ def test_a_range_query_finds_at_each_step_what_an_instant_query_there_finds(
             elements = [e for e in found if isinstance(e, Element)]
             want = sorted((sorted(e.labels.items()), repr(e.value)) for e in elements)
             assert ranged.get(t, []) == want, (query, t)
+
+
+class Unhinted:
+    """The history, read without the lookup hint: every point of the window, looked up by the
+    evaluator."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def select(
+        self,
+        matchers: Sequence[Matcher],
+        start: float,
+        end: float,
+        newest: bool = False,
+        lookup: Lookup | None = None,
+    ) -> Any:
+        return self.history.select(matchers, start, end, newest)
+
+    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
+        return self.history.label_names(matchers, start, end)
+
+    def label_values(
+        self, name: str, matchers: Sequence[Matcher], start: float, end: float
+    ) -> set[str]:
+        return self.history.label_values(name, matchers, start, end)
+
+
+# Mostly none: a series that stops and starts again within a block leaves a gap in its run,
+# which only the window's points can answer for.
+rarely_one_key = st.sampled_from([frozenset()] * 120 + [frozenset({key}) for key in KEYS])
+one_source = st.lists(
+    st.tuples(
+        st.sampled_from((1.0, 5.0, 15.0, 15.0, 15.0, 45.0, 120.0)),
+        rarely_one_key,  # a series that starts or stops
+        st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),  # new values
+        st.booleans(),  # whether it stops unmarked (it passed elsewhere)
+        st.sampled_from((False,) * 9 + (True,)),  # whether the source goes after this batch
+    ),
+    min_size=40,  # several merged segments
+    max_size=120,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=one_source,
+    every=st.sampled_from((7.0, 15.0, 60.0, 61.0)),
+    lookback=st.sampled_from((10.0, 30.0, 300.0)),
+    skip=st.floats(0, 600),
+)
+def test_lookups_made_from_the_runs_find_what_the_window_s_points_find(
+    steps: list[tuple[float, frozenset[bytes], dict[bytes, float], bool, bool]],
+    every: float,
+    lookback: float,
+    skip: float,
+) -> None:
+    """One source over many blocks: churn, markers, series that pass elsewhere unmarked,
+    sources that go, gaps beyond the lookback, runs of one value; windows that start
+    inside a block."""
+    now = [1000.0]
+    history = History(retention=100_000, clock=lambda: now[0])
+    held = dict.fromkeys(KEYS[:4], 1.0)
+    for step, toggled, changes, unmarked, goes in steps:
+        now[0] += step
+        for key in toggled:
+            if held.pop(key, None) is None:
+                held[key] = 0.0
+        held.update((key, value) for key, value in changes.items() if key in held)
+        kept = toggled if unmarked else frozenset()
+        history.record("n1", dict(held), sampled=now[0], kept=kept)
+        if goes:
+            now[0] += 0.5
+            history.forget("n1", "", kept=kept)
+    start, end = 1000.0 + skip, now[0] + lookback
+    for query in ("m", "sum by (ns) (m)", "m offset 40s", "count(m)"):
+        got = range_query(query, start, end, every, history, lookback=lookback)
+        want = range_query(query, start, end, every, Unhinted(history), lookback=lookback)
+        assert by_step(got) == by_step(want), query
 
 
 def test_a_packed_batch_is_recorded_as_its_mapping_would_be() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
-from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Matcher
+from collector.tsdb.series import ABSENT, STALE, Columns, LabelSet, Lookup, Matcher
 
 
 class MemoryStorage:
@@ -45,7 +45,12 @@ class MemoryStorage:
                     yield labels, times[lo:hi], values[lo:hi]
 
     def select(
-        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+        self,
+        matchers: Sequence[Matcher],
+        start: float,
+        end: float,
+        newest: bool = False,
+        lookup: Lookup | None = None,
     ) -> Iterable[Columns]:
         self.selects += 1
         found = list(self._matching(matchers, start, end))
@@ -611,7 +616,12 @@ def test_unsupported_is_execution_naming_the_feature(
 def test_timeout() -> None:
     class Slow(MemoryStorage):
         def select(
-            self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+            self,
+            matchers: Sequence[Matcher],
+            start: float,
+            end: float,
+            newest: bool = False,
+            lookup: Lookup | None = None,
         ) -> Iterable[Columns]:
             import time
 

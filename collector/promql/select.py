@@ -27,6 +27,7 @@ from collector.tsdb.series import (
     STALE,
     Columns,
     LabelSet,
+    Lookup,
     Matcher,
     Queryable,
     absent_mask,
@@ -83,8 +84,8 @@ def prefetch(
         if selected is None:
             # A millisecond wider either side; the exact bounds are applied per step.
             window = (lo - 1) / 1000, (hi + 1) / 1000
-            found = storage.select(list(sel.matchers), *window, newest=one)
-            lookup = None if sampled is None else (sampled, lookback_ms)
+            lookup = None if sampled is None else Lookup(sampled, lookback_ms)
+            found = storage.select(list(sel.matchers), *window, newest=one, lookup=lookup)
             selected = reads[key] = _selected(found, lo, hi, lookup, limits)
         data[id(sel)] = selected
     for sel in _selectors(root):  # selectors evaluated at no step at all read nothing
@@ -141,14 +142,20 @@ def _selected(
     found: Iterable[Columns],
     lo: int,
     hi: int,
-    lookup: tuple[IntArray, int] | None,
+    lookup: Lookup | None,
     limits: Limits,
 ) -> Selected:
     """Storage groups within ``[lo, hi]`` as blocks, one per distinct time axis, and their
-    series' label order; with ``lookup`` (reference times, lookback), each group looked up
-    at those times, all in one block. Every cell read is charged to ``limits``."""
+    series' label order; with ``lookup``, each group looked up (here, unless the storage
+    did), all in one block. Every cell read is charged to ``limits``."""
     axes: dict[bytes, _Axis] = {}
     for columns in found:
+        if columns.looked_up:
+            assert lookup is not None
+            values = np.asarray(columns.values, dtype=np.float64)
+            limits.charge(values.size)
+            axes.setdefault(b"", _Axis(lookup.at)).add(columns.labels, values)
+            continue
         times = np.rint(np.asarray(columns.times, dtype=np.float64) * 1000).astype(np.int64)
         values = np.asarray(columns.values, dtype=np.float64).reshape(len(columns.labels), -1)
         inside = times.size and lo <= times[0] and times[-1] <= hi
@@ -157,18 +164,17 @@ def _selected(
             times, values = times[a:b], values[:, a:b]
             limits.charge(values.size)
             if lookup is not None:
-                times, values = _looked_up(times, values, *lookup)
-            axis = axes.setdefault(times.tobytes(), _Axis(times))
+                times, values = _looked_up(times, values, lookup)
+            axis = axes.setdefault(b"" if lookup is not None else times.tobytes(), _Axis(times))
             axis.add(columns.labels, values)
     blocks = [axis.block() for axis in axes.values()]
     order = _label_order(tuple(key for axis in axes.values() for key in axis.keys))
-    return Selected(blocks, order, None if lookup is None else lookup[0])
+    return Selected(blocks, order, None if lookup is None else lookup.at)
 
 
-def _looked_up(
-    times: IntArray, values: FloatArray, at: IntArray, lookback_ms: int
-) -> tuple[IntArray, FloatArray]:
-    """Rows at reference times ``at``: their value there, or a staleness marker for none."""
+def _looked_up(times: IntArray, values: FloatArray, lookup: Lookup) -> tuple[IntArray, FloatArray]:
+    """Rows looked up: their value at each reference time, or a staleness marker for none."""
+    at, lookback_ms = lookup.at, lookup.lookback_ms
     if times.size == 1:  # a node's newest points, all of one time (an instant query's read)
         inside = (times[0] <= at) & (times[0] >= at - lookback_ms)
         return at, np.where(inside[None, :] & ~absent_mask(values), values, STALE)

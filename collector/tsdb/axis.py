@@ -34,12 +34,14 @@ from collector.tsdb.blocks import (
     Segment,
     absent,
     merge,
+    pack,
     renumbered,
     run_cells,
     stale,
 )
 from collector.tsdb.labels import Mask
-from collector.tsdb.series import ABSENT, STALE
+from collector.tsdb.lookups import looked_up
+from collector.tsdb.series import ABSENT, STALE, Lookup
 
 if TYPE_CHECKING:
     from collector.tsdb.nodes import NodeSeries
@@ -395,6 +397,26 @@ class Axis:
         if not held.all():
             sids, matrix = sids[held], matrix[held]
         return (sids, times, matrix) if len(sids) else None
+
+    def looked_up(
+        self, want: Mask | None, start: float, end: float, lookup: Lookup
+    ) -> tuple[Ids, F64] | None:
+        """The series ``want`` marks with points in ``[start, end]``, looked up from the
+        blocks' runs (:func:`~collector.tsdb.lookups.looked_up`); the open block is packed
+        for it as it would be once full. None if a wanted run has a gap."""
+        windows, times = [], []
+        for part, at, lo, hi in self._parts(start, end):
+            if isinstance(part, OpenBlock):
+                packed = pack(at, part.ids[: part.rows], part.values[: part.n, : part.rows])
+                if packed is None:
+                    continue
+                part = packed
+            windows.append((part, lo, hi))
+            times.append(at[lo:hi])
+        if not windows:
+            return np.zeros(0, np.int64), np.zeros((0, len(lookup.at)))
+        times_ms = np.rint(np.concatenate(times) * 1000).astype(np.int64)
+        return looked_up(windows, want, times_ms, lookup.at, lookup.lookback_ms)
 
     @property
     def nbytes(self) -> int:

@@ -39,6 +39,9 @@ ABSENT_BITS: int = struct.unpack("<Q", struct.pack("<d", ABSENT))[0]
 """The bits of :data:`collector.tsdb.series.ABSENT`, which a cell holds where a series has no point."""
 _STALE_BITS = struct.unpack("<Q", struct.pack("<d", STALE))[0]
 
+NO_GAPS: NDArray[np.intp] = np.zeros(0, np.intp)
+"""The gaps of a segment without any, shared."""
+
 BLOCK = 8
 """Times of an open block: a series that starts or ends in it costs up to a block of cells."""
 MERGE = 4
@@ -178,11 +181,13 @@ class Segment:
     stored: NDArray[np.uint8]
     values: F64
     points: int
+    gaps: NDArray[np.intp]
+    """Indexes of the runs with a time inside that holds no point (rare: nearly always empty)."""
 
     @property
     def nbytes(self) -> int:
         """Bytes its arrays hold."""
-        arrays = (self.times, self.ids, self.first, self.width, self.stored, self.values)
+        arrays = (self.times, self.ids, self.first, self.width, self.stored, self.values, self.gaps)
         return sum(a.nbytes for a in arrays)
 
     def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
@@ -280,6 +285,8 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
     width = len(times) - present[::-1].argmax(axis=0) - first
     once = (bits == bits[first, np.arange(len(ids))]).sum(axis=0) == width
     stored = np.where(once, 1, width)
+    counts = present.sum(axis=0)
+    gaps = np.flatnonzero(counts != width)
     return Segment(
         times,
         ids.astype(np.int32),
@@ -287,7 +294,8 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
         width.astype(np.uint8),
         stored.astype(np.uint8),
         matrix.T[(_offsets(len(times), first) < stored).T],
-        int(present.sum()),
+        int(counts.sum()),
+        gaps if len(gaps) else NO_GAPS,
     )
 
 
@@ -314,6 +322,7 @@ def renumbered(segment: Segment, new: Ids) -> Segment:
         segment.stored,
         segment.values,
         segment.points,
+        segment.gaps,
     )
 
 

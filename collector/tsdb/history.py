@@ -31,7 +31,7 @@ import numpy as np
 from collector.tsdb.axis import Axis
 from collector.tsdb.labels import Mask, Verdicts
 from collector.tsdb.nodes import Found, NodeSeries
-from collector.tsdb.series import Columns, Matcher
+from collector.tsdb.series import Columns, Lookup, Matcher
 
 
 class History:
@@ -124,7 +124,12 @@ class History:
         return sum(state.size for state in self._nodes.values())
 
     def select(
-        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+        self,
+        matchers: Sequence[Matcher],
+        start: float,
+        end: float,
+        newest: bool = False,
+        lookup: Lookup | None = None,
     ) -> Iterable[Columns]:
         """Every series matching all ``matchers`` with its points in ``[start, end]``.
 
@@ -133,9 +138,18 @@ class History:
         handles a node's series in whole-array steps. ``newest``: the reader
         only looks up each series' newest point at or before a millisecond
         before ``end`` (an instant selector), so a node may give just those.
+        ``lookup``: a node of one axis answers with the lookups made, from its
+        runs (:mod:`collector.tsdb.lookups`).
         """
         start = max(start, float(np.nextafter(self._floor, math.inf)))
         for state, want in self._wanted(matchers):
+            if lookup is not None and not newest:
+                found = state.looked_up(want, start, end, lookup)
+                if found is not None:
+                    if len(found[0]):
+                        at = lookup.at / 1000
+                        yield Columns(at, state.label_sets(found[0]), found[1], looked_up=True)
+                    continue
             read = state.newest if newest else state.grid
             grid = read(want, start, end)
             if grid is not None:

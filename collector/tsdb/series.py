@@ -142,18 +142,37 @@ class Columns:
     times: npt.NDArray[np.float64]
     labels: Sequence[Mapping[str, str]]
     values: npt.NDArray[np.float64]
+    looked_up: bool = False
+    """The group answers a :class:`Lookup`: ``times`` are its reference times, and each cell
+    is the value its lookup finds, :data:`STALE` where it finds none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A reader that only looks each series up at reference times ``at`` (integer
+    milliseconds, ascending): the newest point at or before each within ``lookback_ms``."""
+
+    at: npt.NDArray[np.int64]
+    lookback_ms: int
 
 
 class Queryable(Protocol):
     """Series storage as the evaluator sees it."""
 
     def select(
-        self, matchers: Sequence[Matcher], start: float, end: float, newest: bool = False
+        self,
+        matchers: Sequence[Matcher],
+        start: float,
+        end: float,
+        newest: bool = False,
+        lookup: Lookup | None = None,
     ) -> Iterable[Columns]:
         """Every series matching all ``matchers`` with points in ``[start, end]``, in groups.
 
         ``newest``: the reader only looks up each series' newest point at or
         before a millisecond before ``end``, so the storage may leave out the rest.
+        ``lookup``: the reader only makes these lookups, so the storage may answer a
+        group with them made (:attr:`Columns.looked_up`).
         """
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
