@@ -10,7 +10,8 @@ seed=1, flavours=("hami",))``, ~249k series) over the last hour at 60 s
 resolution: 61 scrape rounds, too slow to get by scraping, so the store of the
 real application (``build_app``) is filled directly, as the scrape stage does
 it: one :class:`Normaliser` per node and ``store.put(source, batch, at,
-sampled=t)`` for every round. Rendering the bodies (``node.step(t)``,
+sampled=t)`` for every round, each node at its own offset within the step (as
+a scrape loop spreads its targets; :func:`bench.query_fill.fill`). Rendering the bodies (``node.step(t)``,
 ``node.exposition(t)``) is the simulator's cost, not the collector's: it runs in
 :data:`RENDERERS` helper processes (``python -m bench.query render ...``, each
 building the same cluster and rendering its share of the nodes), ahead of the
