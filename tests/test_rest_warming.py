@@ -17,6 +17,7 @@ from test_rest import NOW, Client, fill, get, simulated, source
 from collector.app import STORE, TASKS
 from collector.normalise import Normaliser
 from collector.store import Store
+from collector.web import health
 from collector.web.rest.cache import WARM_AFTER_READ_S, NodeCache
 from collector.web.rest.handlers import RestApi
 from core.tasks import RestartPolicy, Supervisor
@@ -43,6 +44,7 @@ async def warmed(
     app[TASKS] = tasks or Supervisor()
     api = RestApi(STORE, 15.0, tasks=TASKS, nodes=cache)
     app.router.add_routes(api.routes())
+    app.router.add_routes(health.routes(lambda _: None, TASKS))
     app.cleanup_ctx.append(api.warming)
     async with TestClient(TestServer(app)) as client:
         yield client
@@ -89,13 +91,16 @@ async def test_no_warming_without_readers_and_a_late_reader_reads_the_new_values
         assert not cache.idle, "read again: warming again"
 
 
-class CrashingOnce(NodeCache):
-    def __init__(self) -> None:
+class Crashing(NodeCache):
+    """Its first ``times`` slices crash."""
+
+    def __init__(self, times: int) -> None:
         super().__init__(period=0.0)
         self.crashes = 0
+        self._times = times
 
     def refresh(self, store: Store, budget: float) -> bool:
-        if not self.crashes:
+        if self.crashes < self._times:
             self.crashes += 1
             raise RuntimeError("a bad slice")
         return super().refresh(store, budget)
@@ -109,7 +114,7 @@ async def test_a_crashed_warmer_is_logged_counted_and_restarted(
     fill(store, nodes)
     restarts: list[str] = []
     tasks = Supervisor(restarts.append, RestartPolicy(first=0.01, cap=0.01))
-    cache = CrashingOnce()
+    cache = Crashing(1)
     async with warmed(store, cache, tasks) as client:
         await get(client, f"/api/v1/nodes/{nodes[0].name}")
         await eventually(lambda: holds(restarts == ["rest api warming"]), 10, "one restart")
@@ -121,3 +126,21 @@ async def test_a_crashed_warmer_is_logged_counted_and_restarted(
         fill(store, nodes[1:])
         await eventually(lambda: holds(cache.stale(store) == 0), 10, "warmed after the restart")
         assert tasks.dead() == []
+        assert (await client.get("/healthz")).status == 200
+
+
+async def test_a_warmer_that_keeps_crashing_is_named_by_healthz() -> None:
+    nodes = simulated(2)
+    store = Store(60)
+    fill(store, nodes)
+    tasks = Supervisor(policy=RestartPolicy(first=0.01, cap=0.01, limit=2))
+    cache = Crashing(3)
+    async with warmed(store, cache, tasks) as client:
+        await get(client, f"/api/v1/nodes/{nodes[0].name}")
+        await eventually(lambda: holds(tasks.dead() == ["rest api warming"]), 10, "given up")
+        assert cache.crashes == 3, "the first run and two restarts"
+        health = await client.get("/healthz")
+        assert health.status == 503
+        assert "rest api warming" in await health.text()
+        # the API still answers, built on demand
+        assert (await get(client, "/api/v1/nodes"))["total"] == len(nodes)
