@@ -69,7 +69,7 @@ class RestApi:
         self._chargeback = chargeback
         self._shard = shard
         self._tasks = tasks
-        self._nodes = nodes or NodeCache()
+        self._nodes = nodes if nodes is not None else NodeCache()
         self._openapi: bytes | None = None
 
     def routes(self) -> list[web.RouteDef]:
