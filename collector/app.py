@@ -110,7 +110,7 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
         settings.query_timeout,
         settings.query_max_samples,
     )
-    rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard)
+    rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard, TASKS)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
     app[DISCOVERY] = []

@@ -21,7 +21,6 @@ from collector.exposition.parse import (
     parse,
     parse_series,
     parse_value,
-    split_lines,
 )
 from collector.exposition.render import series_key
 from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
@@ -64,13 +63,12 @@ class Normaliser:
 
     def normalise(self, body: bytes, openmetrics: bool = False) -> Batch:
         """Normalise one body; raise ``ParseError`` or ``ValueError`` if it is bad."""
-        texts, values = split_lines(body)
         layout, frame = self._layout, self._frame
-        cut = frame.cut(texts, values) if frame is not None else None
+        cut = frame.cut(body) if frame is not None else None
         row = layout.row(*cut) if cut is not None and layout is not None else None
         if row is None:
-            frame = Frame.of(texts, values)
-            cut = frame.cut(texts, values)
+            frame = Frame.of(body)
+            cut = frame.cut(body)
             assert cut is not None, "a body has its own frame"
             return self._learn(body, frame, *cut, openmetrics)
         assert layout is not None
@@ -174,7 +172,7 @@ class Normaliser:
         layout = lay_out([s.series for s in parsed.samples], entries)
         assert layout is not None, "plain lines need no table"
         batch = layout.assemble([s.value for s in parsed.samples], self._families)
-        self._keep(layout, Frame.of(*split_lines(body)))
+        self._keep(layout, Frame.of(body))
         return batch
 
     def _keep(self, layout: Layout, frame: Frame) -> None:

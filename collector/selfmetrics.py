@@ -169,9 +169,13 @@ class SelfMetrics:
         self.version += 1
 
     def _accepted(self, batch: Batch) -> None:
-        self.conflicts.inc(batch.conflicts)
-        self.duplicates.inc(batch.duplicates)
-        self.dropped.inc(batch.dropped)
+        # most batches have none of these: an increment takes the counter's lock
+        if batch.conflicts:
+            self.conflicts.inc(batch.conflicts)
+        if batch.duplicates:
+            self.duplicates.inc(batch.duplicates)
+        if batch.dropped:
+            self.dropped.inc(batch.dropped)
         self.version += 1
 
     def changed(self) -> None:
@@ -215,10 +219,12 @@ class SelfMetrics:
 
 
 class _SourceTable:
-    """Per-source gauges, each source's lines rendered once per change.
+    """Per-source gauges, each source's lines rendered once per change, when a page is built.
 
     Why not prometheus_client: rendering thousands of labelled children on
-    every page build took longer than the whole cluster's own lines.
+    every page build took longer than the whole cluster's own lines. Why at
+    the build, not at the scrape: a collector whose page is read less often
+    than it scrapes (or never) renders less.
     """
 
     def __init__(self) -> None:
@@ -228,6 +234,8 @@ class _SourceTable:
         self._keys: dict[str, tuple[Source, dict[str, bytes], dict[str, bytes]]] = {}
         # per family, each source's line: a page build copies each family's lines in one go
         self._lines: dict[str, dict[str, bytes]] = {name: {} for name, _ in _SOURCE_FAMILIES}
+        # values set since the last render, by source id, in the order they were first set
+        self._unrendered: dict[str, dict[str, float]] = {}
 
     def set(self, source: Source, **values: float) -> None:
         known = self._keys.get(source.id)
@@ -240,16 +248,22 @@ class _SourceTable:
                 keys[name] = series_key(_PREFIX + name, (*labels, ("node", source.node)))
                 bare[name] = series_key(_PREFIX + name, labels)
             known = self._keys[source.id] = (source, keys, bare)
-        keys = known[1]
         self._values.setdefault(source.id, {}).update(values)
-        for name, value in values.items():
-            self._lines[name][source.id] = b"%s %s\n" % (keys[name], format_value(value))
+        self._unrendered.setdefault(source.id, {}).update(values)
 
     def forget(self, source: Source) -> None:
         self._values.pop(source.id, None)
         self._keys.pop(source.id, None)
+        self._unrendered.pop(source.id, None)
         for lines in self._lines.values():
             lines.pop(source.id, None)
+
+    def _render_new(self) -> None:
+        for source_id, values in self._unrendered.items():
+            keys = self._keys[source_id][1]
+            for name, value in values.items():
+                self._lines[name][source_id] = b"%s %s\n" % (keys[name], format_value(value))
+        self._unrendered.clear()
 
     def series(self) -> Iterator[tuple[str, bytes, float]]:
         """Each source's series: its node, the key without ``node``, the value."""
@@ -262,6 +276,7 @@ class _SourceTable:
         return len(self._values)
 
     def render(self, openmetrics: bool) -> list[bytes]:
+        self._render_new()
         parts = []
         for name, help_text in _SOURCE_FAMILIES:
             parts.append(render_header(_PREFIX + name, "gauge", help_text, openmetrics))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+from itertools import compress
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.exposition.parse import Frame, ParseError, parse, parse_series, split_lines
+from collector.exposition.parse import SAMPLE, Frame, ParseError, line_kind, parse, parse_series
 from collector.exposition.render import escape_label_value, format_value
 
 NAMES = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True)
@@ -76,8 +77,7 @@ def test_arbitrary_bytes_raise_only_parse_error(data: bytes) -> None:
     for openmetrics in (False, True):
         with contextlib.suppress(ParseError):
             parse(data, openmetrics)
-    lines = split_lines(data)
-    assert Frame.of(*lines).cut(*lines) is not None, "a body has its own frame"
+    assert Frame.of(data).cut(data) is not None, "a body has its own frame"
 
 
 @settings(max_examples=200, deadline=None)
@@ -154,8 +154,7 @@ def test_errors_name_the_line(body: bytes, lineno: int, words: str) -> None:
 
 
 def _samples(body: bytes) -> tuple[tuple[bytes, ...], list[bytes]] | None:
-    lines = split_lines(body)
-    return Frame.of(*lines).cut(*lines)
+    return Frame.of(body).cut(body)
 
 
 def test_a_frame_cuts_series_and_values() -> None:
@@ -163,6 +162,32 @@ def test_a_frame_cuts_series_and_values() -> None:
     assert _samples(body) == ((b'a{l="has space"}', b"a", b"b"), [b"1", b"2", b"3"])
     assert _samples(b"") == ((), [])
     assert _samples(b"# only a comment\n") == ((), [])
+
+
+_LINES = st.lists(st.text(alphabet="# a1", max_size=4).map(str.encode), min_size=1, max_size=6)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_LINES, _LINES)
+def test_a_frame_cuts_another_body_as_its_own_frame_would_or_not_at_all(
+    mine: list[bytes], other: list[bytes]
+) -> None:
+    """Lines of every kind (comments, marks, blanks, leading blanks) in any order.
+
+    Where the samples were, the lines are the layout's to check (a text that is
+    no sample is no layout's), so only bodies with samples there are compared.
+    """
+    frame = Frame.of(b"\n".join(mine))
+    body = b"\n".join(other)
+    cut = frame.cut(body)
+    if all(line_kind(line) == SAMPLE for line in compress(other, frame.samples)):
+        assert cut is None or cut == Frame.of(body).cut(body)
+    # new samples where the samples were, every other line as it was: cut by this frame
+    resampled = [b"a 2" if frame.samples[i] else line for i, line in enumerate(mine)]
+    assert frame.cut(b"\n".join(resampled)) == Frame.of(b"\n".join(resampled)).cut(
+        b"\n".join(resampled)
+    )
+    assert frame.cut(b"\n".join(resampled)) is not None
 
 
 @pytest.mark.parametrize(
@@ -175,5 +200,5 @@ def test_a_frame_cuts_series_and_values() -> None:
 )
 def test_a_body_with_another_frame_is_not_cut_by_this_one(other: bytes) -> None:
     """Lines where samples were are the layout's to check (a blank one is a text no layout has)."""
-    frame = Frame.of(*split_lines(b"# HELP a x\na 1\na 2\n# HELP b y\nb 3\n"))
-    assert frame.cut(*split_lines(other)) is None
+    frame = Frame.of(b"# HELP a x\na 1\na 2\n# HELP b y\nb 3\n")
+    assert frame.cut(other) is None

@@ -52,14 +52,13 @@ Get = Callable[..., Awaitable[bytes]]
 
 async def _aiohttp(url: str, limit: int = 1 << 20) -> bytes:
     async with aiohttp.ClientSession() as session:
-        body, _ = await fetch(session, url, 10.0, limit)
-        return body
+        return (await fetch(session, url, 10.0, limit)).body
 
 
 async def _pull(url: str, limit: int = 1 << 20) -> bytes:
     pull = Pull(URL(url), limit)
     try:
-        body, _ = await pull.get(10.0)
+        body = (await pull.get(10.0)).body
     finally:
         pull.close()
     return body

@@ -24,7 +24,7 @@ from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.pull import Pull, ScrapeError
-from collector.sources.scrape import ScrapeConfig, ScrapeLoop
+from collector.sources.scrape import ScrapeConfig, ScrapeLoop, fetch
 from collector.sources.targets import Target
 from collector.store import Store
 
@@ -108,13 +108,43 @@ async def test_one_kept_connection_serves_every_scrape(monitor: Monitor) -> None
         got = [await pull.get(10.0) for _ in range(3)]
     finally:
         pull.close()
-    assert got == [(b"a 1\n", False), (b"a 2\n", False), (b"a 3\n", True)]
+    assert [(a.body, a.openmetrics) for a in got] == [
+        (b"a 1\n", False),
+        (b"a 2\n", False),
+        (b"a 3\n", True),
+    ]
     assert monitor.connections == 1
     first = monitor.requests[0].decode()
     assert first.startswith("GET /metrics?x=1 HTTP/1.1\r\n")
     host = monitor.url.split("/")[2]
     assert f"\r\nHost: {host}\r\n" in first
     assert "\r\nAccept-Encoding: gzip\r\n" in first
+
+
+async def test_equal_digests_are_equal_answers_whichever_client(monitor: Monitor) -> None:
+    """The digest is of the bytes as sent, their encoding and their format."""
+    body = b"a 1\n"
+    om = "Content-Type: application/openmetrics-text; version=1.0.0"
+    ways = [
+        reply(body),
+        reply(gzip.compress(body, mtime=0), "Content-Encoding: gzip"),
+        reply(body, om),
+        reply(b"a 2\n"),
+        reply(b"a 1\n\n"),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\na \r\n2\r\n1\n\r\n0\r\n\r\n",
+    ]
+    monitor.answers = [send(way) for way in ways * 2]
+    pull = Pull(URL(monitor.url), 1 << 20)
+    try:
+        pulled = [await pull.get(10.0) for _ in ways]
+    finally:
+        pull.close()
+    async with aiohttp.ClientSession() as session:
+        fetched = [await fetch(session, monitor.url, 10.0, 1 << 20) for _ in ways]
+    assert pulled == fetched
+    digests = [a.digest for a in pulled]
+    assert len(set(digests[:5])) == 5, "another encoding, format or body: another digest"
+    assert digests[5] == digests[0], "the same bytes in chunks"
 
 
 async def test_chunked_and_until_close_answers_are_whole(monitor: Monitor) -> None:

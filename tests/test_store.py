@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from test_history import rows
 
@@ -72,6 +74,32 @@ def test_stale_sources_expire_and_fresh_ones_stay() -> None:
     assert store.expire(now=44) == []
     assert store.expire(now=45) == [HAMI]
     assert store.nodes() == ["n2"]
+
+
+def test_each_source_expires_at_the_first_look_past_its_stale_after() -> None:
+    """Arrivals out of order, re-puts, removals: expiry matches a walk of every source."""
+    rng = random.Random(5)
+    store = Store(stale_after=45)
+    sources = [Source(f"s{i}", f"m{i}", f"n{i % 7}", SourceKind.HAMI, 1) for i in range(20)]
+    held: dict[str, float] = {}
+    now = 0.0
+    for _ in range(2000):
+        now += rng.uniform(0, 3)
+        source = rng.choice(sources)
+        roll = rng.random()
+        if roll < 0.5:
+            received = now - rng.uniform(0, 60)  # late arrivals too
+            store.put(source, batch(a=1), received)
+            held[source.id] = received
+        elif roll < 0.55:
+            store.remove(source.id)
+            held.pop(source.id, None)
+        else:
+            stale = sorted(i for i, r in held.items() if now - r >= 45)
+            assert sorted(s.id for s in store.expire(now)) == stale
+            for i in stale:
+                del held[i]
+    assert held, "some still held at the end"
 
 
 def test_a_source_that_moves_node_leaves_the_old_one() -> None:

@@ -6,9 +6,9 @@ while one collector ingests every monitor of a cluster (1,000 nodes are ~248k
 samples per scrape round). The work is split in two, like Prometheus' own
 ``promparse``:
 
-* :func:`split_lines` and :class:`Frame` are the steady-state fast path. They
-  cut a whole body into series texts and value texts with C-level ``bytes``
-  operations only and validate nothing: the normaliser compares the series
+* :class:`Frame` is the steady-state fast path. It cuts a whole body into
+  series texts and value texts with C-level ``bytes`` operations only and
+  validates nothing but where the samples are: the normaliser compares the series
   texts with those of the target's last body (or looks up the texts it has
   already parsed), so a series seen before is never parsed again.
 * :func:`parse` is the strict path, taken when a body holds a series text the
@@ -64,13 +64,24 @@ class Body:
     helps: dict[str, str] = field(default_factory=dict)
 
 
-def split_lines(body: bytes) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """Cut every line of ``body`` at its last blank, comments and blank lines included, unchecked.
+SAMPLE, COMMENT, MARK, BLANK, ODD_MARK, ODD_BLANK = range(6)
+"""What a line of a body is (:func:`line_kind`)."""
 
-    Two C loops over the lines; a :class:`Frame` then tells the samples apart.
-    """
-    texts, _, values = zip(*map(bytes.rpartition, body.split(b"\n"), repeat(b" ")), strict=True)
-    return texts, values
+
+def line_kind(line: bytes) -> int:
+    """What one line is, cut at its last blank: a comment (its text starts with ``#``), a
+    mark (no text, the value starts with ``#``), a blank line (neither), or a sample; the
+    ``ODD_`` kinds are marks and blanks whose only blank leads the line."""
+    text, blank, value = line.rpartition(b" ")
+    if text[:1] == b"#":
+        return COMMENT
+    if text:
+        return SAMPLE
+    if value[:1] == b"#":
+        return ODD_MARK if blank else MARK
+    if not value:
+        return ODD_BLANK if blank else BLANK
+    return SAMPLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,52 +89,67 @@ class Frame:
     """Which lines of a body are samples (a 1 in ``samples``), and what the others are.
 
     A monitor's comments and blank lines stay where they are from scrape to
-    scrape, so a later body with as many lines, whose ``comments`` and
-    ``marks`` still start with ``#`` and whose ``blanks`` are still empty, has
-    its samples where this one had them: :meth:`cut` takes them by mask.
+    scrape, so a later body with as many lines, whose other lines are still of
+    their kind, has its samples where this one had them: :meth:`cut` takes
+    them by mask, and cuts only those at their last blank.
     """
 
     samples: bytes
     comments: array[int]
-    """Comment lines with a blank (cut: their text starts with ``#``)."""
+    """Comment lines with a blank (they start with ``#`` and hold a blank)."""
+    prefixes: tuple[bytes, ...]
+    """Each comment line up to its first blank: the same line of a later body starts so."""
     marks: array[int]
-    """Comment lines without a blank (cut: no text, the value starts with ``#``)."""
+    """Comment lines without a blank (they start with ``#`` and hold none)."""
     blanks: array[int]
+    """Empty lines."""
+    odd: tuple[tuple[int, int], ...]
+    """(line, kind) of the other lines that are no samples (a leading blank), checked one by one."""
 
     @classmethod
-    def of(cls, texts: tuple[bytes, ...], values: tuple[bytes, ...]) -> Frame:
-        """The frame of a body cut by :func:`split_lines`."""
-        comments, marks, blanks = array("I"), array("I"), array("I")
-        samples = bytearray(len(texts))
-        for i, (text, value) in enumerate(zip(texts, values, strict=True)):
-            if text[:1] == b"#":
-                comments.append(i)
-            elif text:
+    def of(cls, body: bytes) -> Frame:
+        """The frame of ``body``."""
+        lines = body.split(b"\n")
+        groups: dict[int, array[int]] = {k: array("I") for k in (COMMENT, MARK, BLANK)}
+        odd = []
+        samples = bytearray(len(lines))
+        for i, kind in enumerate(map(line_kind, lines)):
+            if kind == SAMPLE:
                 samples[i] = 1
-            elif value[:1] == b"#":
-                marks.append(i)
-            elif not value:
-                blanks.append(i)
+            elif kind in groups:
+                groups[kind].append(i)
             else:
-                samples[i] = 1
-        return cls(bytes(samples), comments, marks, blanks)
+                odd.append((i, kind))
+        prefixes = tuple(lines[i][: lines[i].index(b" ") + 1] for i in groups[COMMENT])
+        comments, marks, blanks = groups[COMMENT], groups[MARK], groups[BLANK]
+        return cls(bytes(samples), comments, prefixes, marks, blanks, tuple(odd))
 
-    def cut(
-        self, texts: tuple[bytes, ...], values: tuple[bytes, ...]
-    ) -> tuple[tuple[bytes, ...], list[bytes]] | None:
-        """The series and value texts of the sample lines; None if the body has another frame."""
-        if len(texts) != len(self.samples):
+    def cut(self, body: bytes) -> tuple[tuple[bytes, ...], list[bytes]] | None:
+        """The series and value texts of the sample lines; None if the body has another frame.
+
+        C-level loops only: one split, a check per kind of line, one cut per sample line.
+        """
+        lines = body.split(b"\n")
+        if len(lines) != len(self.samples):
             return None
-        if not all(map(bytes.startswith, map(texts.__getitem__, self.comments), repeat(b"#"))):
+        # a comment's first blank is kept (a stricter check than a blank anywhere, and cheaper)
+        if not all(map(bytes.startswith, map(lines.__getitem__, self.comments), self.prefixes)):
             return None
-        if self.marks and (
-            any(map(texts.__getitem__, self.marks))
-            or not all(map(bytes.startswith, map(values.__getitem__, self.marks), repeat(b"#")))
-        ):
+        if self.marks:
+            marks = list(map(lines.__getitem__, self.marks))
+            if not all(map(bytes.startswith, marks, repeat(b"#"))) or any(
+                map(bytes.__contains__, marks, repeat(b" "))
+            ):
+                return None
+        if any(map(lines.__getitem__, self.blanks)):
             return None
-        if any(map(texts.__getitem__, self.blanks)) or any(map(values.__getitem__, self.blanks)):
+        if self.odd and any(line_kind(lines[i]) != kind for i, kind in self.odd):
             return None
-        return tuple(compress(texts, self.samples)), list(compress(values, self.samples))
+        cut = list(map(bytes.rpartition, compress(lines, self.samples), repeat(b" ")))
+        if not cut:
+            return (), []
+        texts, _, values = zip(*cut, strict=True)
+        return texts, list(values)
 
 
 def parse_value(text: bytes) -> float:

@@ -11,7 +11,6 @@ and starts the loop again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 import zlib
@@ -27,10 +26,17 @@ from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.inflate import Inflate, InflateError
-from collector.sources.pull import ACCEPT, Pull, Redirected, ScrapeError
+from collector.sources.pull import (
+    ACCEPT,
+    Answer,
+    Pull,
+    Redirected,
+    ScrapeError,
+    digester,
+    is_openmetrics,
+)
 from collector.sources.targets import Target
 from collector.store import Store
-from core.content import OPENMETRICS_CONTENT_TYPE
 from core.tasks import Supervised, Supervisor
 
 log = logging.getLogger(__name__)
@@ -52,8 +58,8 @@ class ScrapeConfig:
 
 async def fetch(
     session: aiohttp.ClientSession, url: str | URL, time_limit: float, limit: int
-) -> tuple[bytes, bool]:
-    """GET ``url``; return the (decompressed) body and whether it is OpenMetrics.
+) -> Answer:
+    """GET ``url``; return the answer, its body decompressed.
 
     For what :class:`~collector.sources.pull.Pull` leaves out: https, redirects.
     Gzip is inflated here, not by aiohttp: aiohttp takes a gzip stream that
@@ -76,13 +82,16 @@ async def fetch(
                 raise ScrapeError("parse", f"Content-Encoding {coding[:40]!r} was not asked for")
             body = bytearray()
             gunzip = Inflate(coding, limit) if coding == "gzip" else None
+            openmetrics = is_openmetrics(resp.content_type)
+            digest = digester(gunzip is not None, openmetrics)
             async for chunk in resp.content.iter_chunked(1 << 16):
+                digest.update(chunk)
                 body += chunk if gunzip is None else gunzip.feed(chunk)
                 if len(body) > limit:
                     raise ScrapeError("too_large", f"body larger than {limit} bytes")
             if gunzip is not None:
                 gunzip.finish()
-            return bytes(body), OPENMETRICS_CONTENT_TYPE.startswith(resp.content_type + ";")
+            return Answer(bytes(body), openmetrics, digest.digest())
     except InflateError as exc:
         raise ScrapeError("parse", f"broken gzip body: {exc}") from None
     except TimeoutError:
@@ -214,20 +223,17 @@ class ScrapeLoop:
 
     async def _scrape(self) -> Batch:
         async with self._slots:
-            body, openmetrics = await self._fetch()
-        digest = hashlib.blake2b(
-            body, digest_size=16, person=b"om" if openmetrics else b""
-        ).digest()
-        if self._last is not None and self._last[0] == digest:
+            answer = await self._fetch()
+        if self._last is not None and self._last[0] == answer.digest:
             return self._last[1]
         try:
-            batch = self._normaliser.normalise(body, openmetrics)
+            batch = self._normaliser.normalise(answer.body, answer.openmetrics)
         except ValueError as exc:
             raise ScrapeError("parse", str(exc)) from None
-        self._last = digest, batch
+        self._last = answer.digest, batch
         return batch
 
-    async def _fetch(self) -> tuple[bytes, bool]:
+    async def _fetch(self) -> Answer:
         timeout, limit = self._config.timeout, self._config.body_limit
         if self._pull is not None:
             try:

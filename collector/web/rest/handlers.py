@@ -7,11 +7,12 @@ node views. List answers are spliced from each node's cached JSON
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +40,7 @@ from collector.web.rest.openapi import openapi_document
 from collector.web.rest.presented import Presented, container_row
 from collector.web.usage import ContainerReading
 from core.shards import HASH_RULE, WHOLE, Shard, shard_of
+from core.tasks import Supervisor
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -47,7 +49,10 @@ class RestApi:
     """The handlers, reading the store the app holds under ``store_key``.
 
     ``interval`` is the scrape interval a node's data age is judged by: a node
-    is stale once its data is older than twice that.
+    is stale once its data is older than twice that. ``tasks`` names the app's
+    :class:`Supervisor`, which runs the warming task (:meth:`warming`); without
+    it, the warming task has a supervisor of its own. ``nodes`` is the cache of
+    presented nodes (a fresh one by default).
     """
 
     def __init__(
@@ -56,12 +61,15 @@ class RestApi:
         interval: float,
         chargeback: Chargeback | None = None,
         shard: Shard = WHOLE,
+        tasks: web.AppKey[Supervisor] | None = None,
+        nodes: NodeCache | None = None,
     ) -> None:
         self._store_key = store_key
         self._interval = interval
         self._chargeback = chargeback
         self._shard = shard
-        self._nodes = NodeCache()
+        self._tasks = tasks
+        self._nodes = nodes if nodes is not None else NodeCache()
         self._openapi: bytes | None = None
 
     def routes(self) -> list[web.RouteDef]:
@@ -77,7 +85,10 @@ class RestApi:
         }
         # A path parameter may hold braces (label values are not Kubernetes names).
         return [
-            web.get(re.sub(r"{(\w+)}", r"{\1:[^/]+}", e.path), _answering(handlers[e]))
+            web.get(
+                re.sub(r"{(\w+)}", r"{\1:[^/]+}", e.path),
+                _answering(handlers[e], self._nodes.read),
+            )
             for e in ENDPOINTS
         ]
 
@@ -202,23 +213,28 @@ class RestApi:
         return web.Response(body=self._openapi, content_type=JSON)
 
     async def warming(self, app: web.Application) -> AsyncIterator[None]:
-        """A cleanup context: between requests, bring changed nodes' summaries up to date."""
-        task = asyncio.create_task(
-            self._nodes.keep_warm(app[self._store_key]), name="rest api warming"
-        )
-        try:
+        """A cleanup context: while the API is read, bring changed nodes' summaries up to date.
+
+        The task runs under the app's supervisor (restarted when it crashes,
+        named by ``/healthz`` once it cannot go on).
+        """
+        keep_warm = partial(self._nodes.keep_warm, app[self._store_key])
+        async with contextlib.AsyncExitStack() as stack:
+            if self._tasks is None:
+                tasks = await stack.enter_async_context(Supervisor())
+            else:
+                tasks = app[self._tasks]
+            await stack.enter_async_context(tasks.running("rest api warming", keep_warm))
             yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     def refresh(self, store: Store, budget: float) -> bool:
         """Rebuild stale node summaries for about ``budget`` seconds; True once all are current."""
         return self._nodes.refresh(store, budget)
 
 
-def _answering(handler: Handler) -> Handler:
+def _answering(handler: Handler, read: Callable[[], None]) -> Handler:
     async def answer(request: web.Request) -> web.Response:
+        read()
         try:
             return await handler(request)
         except ApiError as error:

@@ -1,0 +1,146 @@
+"""Keeping the REST read model warm: only while the API is read, under the app's supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from helpers import eventually, holds
+from test_rest import NOW, Client, fill, get, simulated, source
+
+from collector.app import STORE, TASKS
+from collector.normalise import Normaliser
+from collector.store import Store
+from collector.web import health
+from collector.web.rest.cache import WARM_AFTER_READ_S, NodeCache
+from collector.web.rest.handlers import RestApi
+from core.tasks import RestartPolicy, Supervisor
+
+TURNS = 50
+"""Event-loop turns given to a warmer that must not work; an active one (no pause) works in one."""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@asynccontextmanager
+async def warmed(
+    store: Store, cache: NodeCache, tasks: Supervisor | None = None
+) -> AsyncIterator[Client]:
+    """An app serving the REST API over ``store``, with ``cache`` kept warm by its cleanup context."""
+    app = web.Application()
+    app[STORE] = store
+    app[TASKS] = tasks or Supervisor()
+    api = RestApi(STORE, 15.0, tasks=TASKS, nodes=cache)
+    app.router.add_routes(api.routes())
+    app.router.add_routes(health.routes(lambda _: None, TASKS))
+    app.cleanup_ctx.append(api.warming)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def turns() -> None:
+    for _ in range(TURNS):
+        await asyncio.sleep(0)
+
+
+async def test_no_warming_without_readers_and_a_late_reader_reads_the_new_values() -> None:
+    nodes = simulated(4)
+    store = Store(60)
+    fill(store, nodes)
+    clock = Clock()
+    cache = NodeCache(clock, period=0.0)
+    async with warmed(store, cache) as client:
+        await turns()
+        assert cache.idle
+        assert cache.stale(store) == len(nodes), "never read: nothing presented"
+
+        # One node read: the warmer presents the others without another read.
+        await get(client, f"/api/v1/nodes/{nodes[0].name}")
+        assert not cache.idle
+        await eventually(lambda: holds(cache.stale(store) == 0), 10, "the other nodes warmed")
+
+        # Quiet past the window: the warmer stops, changed nodes stay unpresented.
+        clock.now += WARM_AFTER_READ_S + 1
+        await eventually(lambda: holds(cache.idle), 10, "warming stopped")
+        later = NOW + 3600
+        for node in nodes:
+            node.step(later)
+            batch = Normaliser(node.name).normalise(node.exposition(later))
+            store.put(source(node), batch, time.monotonic())
+        await turns()
+        assert cache.stale(store) == len(nodes), "nobody reads: no warming work"
+
+        # The first read after the quiet spell answers from the new values.
+        listed = await get(client, "/api/v1/nodes")
+        assert listed["total"] == len(nodes)
+        used = {s["name"]: s["memory_used_bytes"] for s in listed["nodes"]}
+        assert used == {n.name: sum(c.memory_used for c in n.cards) for n in nodes}
+        assert cache.stale(store) == 0
+        assert not cache.idle, "read again: warming again"
+
+
+class Crashing(NodeCache):
+    """Its first ``times`` slices crash."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__(period=0.0)
+        self.crashes = 0
+        self._times = times
+
+    def refresh(self, store: Store, budget: float) -> bool:
+        if self.crashes < self._times:
+            self.crashes += 1
+            raise RuntimeError("a bad slice")
+        return super().refresh(store, budget)
+
+
+async def test_a_crashed_warmer_is_logged_counted_and_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nodes = simulated(3)
+    store = Store(60)
+    fill(store, nodes)
+    restarts: list[str] = []
+    tasks = Supervisor(restarts.append, RestartPolicy(first=0.01, cap=0.01))
+    cache = Crashing(1)
+    async with warmed(store, cache, tasks) as client:
+        await get(client, f"/api/v1/nodes/{nodes[0].name}")
+        await eventually(lambda: holds(restarts == ["rest api warming"]), 10, "one restart")
+        assert any(
+            r.levelno == logging.ERROR and "'rest api warming' crashed" in r.getMessage()
+            for r in caplog.records
+        )
+        # The restarted task warms: a changed node is presented without a read.
+        fill(store, nodes[1:])
+        await eventually(lambda: holds(cache.stale(store) == 0), 10, "warmed after the restart")
+        assert tasks.dead() == []
+        assert (await client.get("/healthz")).status == 200
+
+
+async def test_a_warmer_that_keeps_crashing_is_named_by_healthz() -> None:
+    nodes = simulated(2)
+    store = Store(60)
+    fill(store, nodes)
+    tasks = Supervisor(policy=RestartPolicy(first=0.01, cap=0.01, limit=2))
+    cache = Crashing(3)
+    async with warmed(store, cache, tasks) as client:
+        await get(client, f"/api/v1/nodes/{nodes[0].name}")
+        await eventually(lambda: holds(tasks.dead() == ["rest api warming"]), 10, "given up")
+        assert cache.crashes == 3, "the first run and two restarts"
+        health = await client.get("/healthz")
+        assert health.status == 503
+        assert "rest api warming" in await health.text()
+        # the API still answers, built on demand
+        assert (await get(client, "/api/v1/nodes"))["total"] == len(nodes)
