@@ -330,9 +330,10 @@ class _Feeding:
                 self._lines[node] = (winner, line, series_key(self._NAME, labels))
 
 
-_HISTORY_SIZE_EVERY_S = 10.0
+_HISTORY_SIZE_EVERY_S = 60.0
 """Seconds the history's byte and series counts are reused: each walks every node's
-history (~90 ms at 5,000 nodes), far too slow for every page build."""
+history (~90 ms at 5,000 nodes), far too slow for every page build, and at 10 s
+it was 3% of the collector's CPU while it scraped 5,000 targets."""
 
 
 class _StoreCollector:
