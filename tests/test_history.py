@@ -15,6 +15,7 @@ from collector.batch import Series
 from collector.exposition.render import key_labels
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
+from collector.tsdb.axis import KEEP
 from collector.tsdb.history import History
 from collector.tsdb.series import STALE, Columns, Lookup, Matcher, absent_mask, is_stale
 
@@ -248,6 +249,21 @@ def test_ended_series_cost_nothing_once_their_blocks_go() -> None:
     assert history.bytes > 0
     history.trim(now=1e6)
     assert (history.points, history.series, history.bytes) == (0, 0, 0)
+
+
+def test_an_axis_keeps_apart_only_the_series_that_left_recently() -> None:
+    """Each pod's series ends with a marker; only those of the last KEEP seconds are kept apart
+    for instant lookups, however long the history."""
+    history = History(retention=100_000)
+    for t in range(0, 20_000, 10):
+        pod = f'm{{pod="p{t // 100}"}}'.encode()  # a new pod every 100 s
+        history.record("n1", {A: 1.0, pod: float(t)}, sampled=t)
+    (axis,) = history._nodes["n1"].axes.values()
+    ended = axis.ended[1]
+    assert len(ended) <= KEEP // 100 + 1, "one marker per pod that ended within KEEP"
+    assert ended.min() >= ended.max() - KEEP
+    found = instant_query('m{pod="p150"}', 15_095, history)
+    assert found == [Element({"__name__": "m", "node": "n1", "pod": "p150"}, 15_090.0)]
 
 
 # --------------------------------------------------------------------------
