@@ -179,7 +179,8 @@ def run(
         try:
             prometheus.wait_ready()
             t0 = time.perf_counter()
-            written = remote_write(prometheus.base, history, start, now)
+            # a node's first round lies up to a step before start (its offset)
+            written = remote_write(prometheus.base, history, start - step, now)
             written["wall_s"] = time.perf_counter() - t0
             written["prometheus_rss_mib"] = memory_mib(prometheus.process.pid).get("VmRSS", 0.0)
             phase("prometheus_fill")

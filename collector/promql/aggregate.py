@@ -70,7 +70,11 @@ class Groups:
         over (group, step) cells: both far faster than sorting the rows.
         """
         if self.order is None:
-            summed: FloatArray = np.add.reduceat(rows, self.starts, axis=0, dtype=np.float64)
+            if rows.dtype == np.bool_:  # a count: summed as integers, twice as fast as floats
+                counted = np.add.reduceat(rows.view(np.uint8), self.starts, axis=0, dtype=np.int64)
+                summed: FloatArray = counted.astype(np.float64)
+            else:
+                summed = np.add.reduceat(rows, self.starts, axis=0, dtype=np.float64)
             return summed if self._pick is None else summed[self._pick]
         steps = rows.shape[1]
         if self._cells is None:  # each element's (group, step) cell
