@@ -108,6 +108,7 @@ from collector.app import STORE, build_app
 from collector.promql.query import instant_query, range_query
 from collector.settings import CollectorSettings
 from core import heap
+from core.malloc import set_policy
 
 
 def _query_path(prefix: str, kind: str, now: float, step: float) -> str:
@@ -134,6 +135,7 @@ def run(
     """
     budget = budget or Budget()
     rounds = int(SPAN // step) + 1
+    set_policy()  # the memory policy the collector's command sets
     load_before = os.getloadavg()
     began = time.perf_counter()
     now = float(math.floor(time.time()))

@@ -29,6 +29,7 @@ from bench.query_fill import fill
 from bench.query_setup import HISTORY_MAX_POINTS, STALE_AFTER
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings
+from core.malloc import set_policy
 
 NODES = 5000
 STEP = 15.0
@@ -39,6 +40,7 @@ GOAL_MIB = 2048.0
 def run(nodes: int = NODES) -> dict[str, Any]:
     """Fill a collector with ``nodes`` nodes over :data:`SPAN` at :data:`STEP`; its memory."""
     began = time.perf_counter()
+    set_policy()  # the memory policy the collector's command sets
     settings = CollectorSettings(
         listen="127.0.0.1:0",
         kubernetes=False,

@@ -18,7 +18,7 @@ from collector import __version__
 from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
 from core import logs
-from core.malloc import pin_mmap_threshold
+from core.malloc import set_policy
 from core.settings import add_model_flags, load_settings, parse_listen, plain
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
@@ -64,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    pin_mmap_threshold()  # RSS must not step up for good after each oversized body
+    # RSS must not step up for good after each oversized body, and a query's large arrays
+    # must not wait on huge pages' first touch
+    set_policy()
     idle = _nothing_to_collect(settings)
     if idle:
         print(f"cannot start: {idle}", file=sys.stderr)

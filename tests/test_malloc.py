@@ -43,3 +43,16 @@ def test_a_buffer_freed_after_a_large_one_is_given_back_once_pinned() -> None:
     assert kept < 512, f"{kept} KiB of a freed 2 MiB buffer stayed resident"
     _, unpinned = _after_free("default")
     assert unpinned >= 1024, "glibc's own threshold moved up: this test shows nothing"
+
+
+def test_numpy_is_told_to_use_small_pages() -> None:
+    child = (
+        "from numpy._core import multiarray\n"
+        "from core.malloc import small_pages\n"
+        "before = multiarray._get_madvise_hugepage()\n"
+        "print(small_pages(), before, multiarray._get_madvise_hugepage())"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    done, _, after = out.stdout.split()
+    assert done == "True"
+    assert after == "False", "numpy still advises huge pages"

@@ -167,7 +167,7 @@ def _selected(
                 times, values = _looked_up(times, values, lookup)
             axis = axes.setdefault(b"" if lookup is not None else times.tobytes(), _Axis(times))
             axis.add(columns.labels, values)
-    blocks = [axis.block() for axis in axes.values()]
+    blocks = [axis.block(lookup is not None) for axis in axes.values()]
     order = _label_order(tuple(key for axis in axes.values() for key in axis.keys))
     return Selected(blocks, order, None if lookup is None else lookup.at)
 
@@ -216,9 +216,12 @@ class _Axis:
         self.keys.extend([pairs_key(p) for p in pairs])
         self.maps = None  # a plain mapping may change under us: not kept
 
-    def block(self) -> Block:
-        """The block of every series added."""
+    def block(self, looked_up: bool) -> Block:
+        """The block of every series added; ``looked_up``: each cell is a lookup's answer,
+        present (a staleness marker where it found nothing)."""
         rows = self.rows
         values = np.ascontiguousarray(np.concatenate(rows) if len(rows) > 1 else rows[0])
-        present: BoolArray = ~absent_mask(values)
+        present: BoolArray = (
+            np.broadcast_to(np.True_, values.shape) if looked_up else ~absent_mask(values)
+        )
         return Block(self.times, self.labels, values, present, stale_mask(values), self.maps)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.tsdb.blocks import Ids, Mask, Segment
+from collector.tsdb.blocks import Ids, Mask, Segment, stale
 from collector.tsdb.series import STALE
 
 F64 = NDArray[np.float64]
@@ -40,7 +40,8 @@ def looked_up(
     """The series ``want`` marks (all if None) in consecutive segments' windows ``[lo, hi)``,
     looked up at ``at`` (ms): their ids, and a series x steps matrix of each lookup's value,
     :data:`~collector.tsdb.series.STALE` where it finds none. ``times_ms`` are the windows'
-    times laid end to end. None if a wanted run has a gap.
+    times laid end to end. Series no lookup finds are left out. None if a wanted run has
+    a gap.
     """
     runs = _Runs.of(windows, want)
     if runs is None:
@@ -64,7 +65,8 @@ def looked_up(
     out = np.full((len(sids), len(at)), STALE)
     out[rows[run], step] = values
     out[rows[tail_run], tail_step] = last[tail_run]
-    return sids, out
+    found = ~stale(out).all(axis=1)  # a series none of the lookups finds is left out
+    return (sids, out) if found.all() else (sids[found], out[found])
 
 
 def _expand(first: Ids, count: Ids) -> tuple[Ids, Ids]:
