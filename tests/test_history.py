@@ -15,7 +15,7 @@ from collector.batch import Series
 from collector.exposition.render import key_labels
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
-from collector.tsdb.axis import KEEP
+from collector.tsdb.ends import KEEP
 from collector.tsdb.history import History
 from collector.tsdb.series import STALE, Columns, Lookup, Matcher, absent_mask, is_stale
 
@@ -259,7 +259,7 @@ def test_an_axis_keeps_apart_only_the_series_that_left_recently() -> None:
         pod = f'm{{pod="p{t // 100}"}}'.encode()  # a new pod every 100 s
         history.record("n1", {A: 1.0, pod: float(t)}, sampled=t)
     (axis,) = history._nodes["n1"].axes.values()
-    ended = axis.ended[1]
+    ended = axis.ended.times
     assert len(ended) <= KEEP // 100 + 1, "one marker per pod that ended within KEEP"
     assert ended.min() >= ended.max() - KEEP
     found = instant_query('m{pod="p150"}', 15_095, history)

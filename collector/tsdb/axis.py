@@ -4,14 +4,11 @@
 (:mod:`collector.tsdb.blocks`) and reads windows of them back as one matrix.
 
 Why it also keeps its latest batch's values, and the newest point of each
-series that left its batches in the last :data:`KEEP` seconds (a staleness
-marker, or the last value of a series that passed to another source of the
-node): an instant query at "now" needs only each series' newest point, and
-Grafana asks it of every node on every refresh. Reading it from those arrays
-costs a few numpy calls per node, where decoding the lookback window out of
-the blocks costs one per block and series run. Only series that left recently
-are kept apart, not every series ever seen: a pod that ended an hour ago
-costs nothing here.
+series that left its batches lately (:mod:`collector.tsdb.ends`): an instant
+query at "now" needs only each series' newest point, and Grafana asks it of
+every node on every refresh. Reading it from those arrays costs a few numpy
+calls per node, where decoding the lookback window out of the blocks costs
+one per block and series run.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ from collector.tsdb.blocks import (
     run_cells,
     stale,
 )
+from collector.tsdb.ends import KEEP, Ends, Newest, joined
 from collector.tsdb.labels import Mask
 from collector.tsdb.lookups import looked_up
 from collector.tsdb.series import ABSENT, STALE, Lookup
@@ -47,8 +45,6 @@ if TYPE_CHECKING:
     from collector.tsdb.nodes import NodeSeries
 
 AFTER = 0.001
-KEEP = 900.0
-"""Seconds the newest point of a series that left is kept apart (three lookbacks)."""
 """Seconds after an axis' newest time where a series of a source that went gets its marker."""
 _NO_IDS: Ids = np.zeros(0, np.int64)
 _NO_SIDS: NDArray[np.int32] = np.zeros(0, np.int32)
@@ -58,24 +54,9 @@ Rows = NDArray[np.intp] | slice
 
 Grid = tuple[NDArray[np.integer[Any]], NDArray[np.float64], NDArray[np.float64]]
 """Series ids (ascending), times (ascending), and their values, series x times."""
-Newest = tuple[NDArray[np.intp], NDArray[np.float64], NDArray[np.float64]]
-"""Series ids, and the time and value of each one's newest point."""
 Part = Segment | OpenBlock
 F64 = NDArray[np.float64]
 _NO_VALUES: F64 = np.zeros(0)
-_NO_POINTS: Newest = (np.zeros(0, np.intp), _NO_VALUES, _NO_VALUES)
-
-
-def _joined(a: Newest, b: Newest) -> Newest:
-    sids, times, values = (np.concatenate(pair) for pair in zip(a, b, strict=True))
-    return sids, times, values
-
-
-def _where(points: Newest, picked: Mask) -> Newest:
-    if picked.all():
-        return points
-    sids, times, values = points
-    return sids[picked], times[picked], values[picked]
 
 
 def _arrays(series: Mapping[bytes, float]) -> tuple[tuple[bytes, ...], F64]:
@@ -93,11 +74,8 @@ class Axis:
     their ids, open-block rows and values: a batch with the same keys is
     written by one numpy assignment. ``marked`` says the latest column holds
     only markers put there when the source went (:meth:`end`), which a late
-    batch may move. ``ended`` holds the ids, times and values of the newest
-    points of the series that left its batches within :data:`KEEP` seconds of
-    its latest time: a staleness marker, or the last value of a series that
-    passed to another source of the node. ``seen`` marks, by id, every series
-    it ever recorded.
+    batch may move. ``ended`` holds the newest points of the series that left
+    its batches lately. ``seen`` marks, by id, every series it ever recorded.
     """
 
     __slots__ = (
@@ -124,7 +102,7 @@ class Axis:
         self.live_rows: Rows = slice(0, 0)
         self.live_values: F64 = _NO_VALUES
         self.marked = False
-        self.ended: Newest = _NO_POINTS
+        self.ended = Ends()
         self.seen: Mask = np.zeros(0, bool)
 
     def record(
@@ -209,24 +187,15 @@ class Axis:
         """The latest batch's series at ``live`` (indexes) passed to another source unmarked:
         their newest points here are their last values."""
         if live:
-            sids = self.live_sids[live].astype(np.intp)
-            self._ended((sids, np.full(len(sids), self.last), self.live_values[live]))
+            self.ended.add(self.live_sids[live], self.last, self.live_values[live], self.last)
 
     def _mark(self, sids: Ids, t: float) -> None:
         """Series ``sids`` got a staleness marker at ``t``."""
-        if len(sids):
-            self._ended((sids.astype(np.intp), np.full(len(sids), t), np.full(len(sids), STALE)))
-
-    def _ended(self, points: Newest) -> None:
-        ended = self.ended
-        if len(ended[0]):
-            ended = _where(ended, ended[1] >= max(self.last, points[1].max()) - KEEP)
-        self.ended = _joined(ended, points)
+        self.ended.add(sids, t, STALE, self.last)
 
     def _see(self, size: int, sids: Ids) -> None:
         """Series ``sids`` (below ``size``) are recorded here from now on."""
-        if len(self.ended[0]):
-            self.ended = _where(self.ended, ~np.isin(self.ended[0], sids))
+        self.ended.back(sids)
         if len(self.seen) < size:
             self.seen = np.concatenate([self.seen, np.zeros(size + size // 4 + 16, bool)])
         self.seen[sids] = True
@@ -244,13 +213,7 @@ class Axis:
         """The series ``want`` marks (all if None) whose newest point here lies in ``[start,
         end]`` (see :meth:`remembers`): their ids, and that point's time and value; those
         whose newest point is a staleness marker only if ``markers``."""
-        sids, times, values = self.ended
-        inside = (times >= start) & (times <= end)
-        if not markers:
-            inside &= ~stale(values)
-        if want is not None:
-            inside &= want[sids]
-        ended = _where(self.ended, inside)
+        ended = self.ended.at(want, start, end, markers)
         if not len(self.live_sids) or not start <= self.last <= end:
             return ended
         sids, values = self.live_sids.astype(np.intp), self.live_values
@@ -258,16 +221,14 @@ class Axis:
             picked = want[sids]
             sids, values = sids[picked], values[picked]
         live = (sids, np.full(len(sids), self.last), values)
-        return _joined(ended, live) if len(ended[0]) else live
+        return joined(ended, live) if len(ended[0]) else live
 
     def renumber(self, alive: Ids, new: Ids) -> None:
         """Series ``alive[i]`` is now ``i``; ``new`` maps every old id (-1: forgotten)."""
         self.segments = [renumbered(s, new) for s in self.segments]
         self.block.ids[: self.block.rows] = new[self.block.ids[: self.block.rows]]
         self.live_sids = new[self.live_sids].astype(np.int32)
-        sids, times, values = self.ended
-        sids = new[sids]
-        self.ended = _where((sids.astype(np.intp), times, values), sids >= 0)
+        self.ended.renumber(new)
         seen = np.zeros(len(alive), bool)
         held = alive < len(self.seen)
         seen[held] = self.seen[alive[held]]
@@ -285,7 +246,7 @@ class Axis:
         col = block.n - 1
         column = block.values[col, : block.rows]
         marked = block.ids[np.flatnonzero(stale(column))]
-        self.ended = _where(self.ended, self.ended[1] != self.last)  # its markers
+        self.ended.forget(at=self.last)  # its markers
         self.last = self._previous()
         column[:] = ABSENT
         block.n = col
@@ -315,7 +276,7 @@ class Axis:
 
     def drop(self, floor: float) -> bool:
         """Forget the segments wholly at or before ``floor``; whether there were any."""
-        self.ended = _where(self.ended, self.ended[1] > floor)
+        self.ended.forget(after=floor)
         keep = [s for s in self.segments if s.times[-1] > floor]
         if len(keep) == len(self.segments):
             return False
@@ -423,5 +384,5 @@ class Axis:
         """Bytes its arrays and live keys hold."""
         rows = self.live_rows.nbytes if isinstance(self.live_rows, np.ndarray) else 0
         live = self.live_sids.nbytes + rows + sys.getsizeof(self.live_keys)
-        live += self.live_values.nbytes + self.seen.nbytes + sum(a.nbytes for a in self.ended)
+        live += self.live_values.nbytes + self.seen.nbytes + self.ended.nbytes
         return self.closed_bytes + self.block.nbytes + live
