@@ -30,7 +30,8 @@ TRACE_NODES = 40
 TRACE_ROUNDS = 241
 """Rounds of those nodes fed to the traced history: an hour at 15 s."""
 HISTORY_RETENTION = 2 * SPAN
-HISTORY_MAX_POINTS = 50_000_000
+HISTORY_MAX_POINTS = 100_000_000
+"""Above the hour at 15 s (60.5M points): the app's trim must not cut the queried hour."""
 STALE_AFTER = 86_400.0
 REMOTE_WRITE_BYTES = 8 << 20
 """Encoded WriteRequest size at which it is sent."""
