@@ -21,7 +21,7 @@ KEEP = 900.0
 F64 = NDArray[np.float64]
 Newest = tuple[NDArray[np.intp], F64, F64]
 """Series ids, and the time and value of each one's newest point."""
-_NO_IDS: NDArray[np.intp] = np.zeros(0, np.intp)
+_NO_IDS: NDArray[np.int32] = np.zeros(0, np.int32)
 _NO_VALUES: F64 = np.zeros(0)
 
 
@@ -32,7 +32,8 @@ def joined(a: Newest, b: Newest) -> Newest:
 
 
 class Ends:
-    """Series ids, and the time and value of each one's newest point, since it left."""
+    """Series ids (32 bits, as a segment's), and the time and value of each one's newest point,
+    since it left."""
 
     __slots__ = ("sids", "times", "values")
 
@@ -47,7 +48,7 @@ class Ends:
         if not len(sids):
             return
         self._keep(self.times >= max(latest, t) - KEEP)
-        self.sids = np.concatenate([self.sids, sids.astype(np.intp)])
+        self.sids = np.concatenate([self.sids, sids.astype(np.int32)])
         self.times = np.concatenate([self.times, np.full(len(sids), t)])
         self.values = np.concatenate([self.values, np.broadcast_to(values, (len(sids),))])
 
@@ -64,7 +65,7 @@ class Ends:
             inside &= ~stale(self.values)
         if want is not None:
             inside &= want[self.sids]
-        return self.sids[inside], self.times[inside], self.values[inside]
+        return self.sids[inside].astype(np.intp), self.times[inside], self.values[inside]
 
     def forget(self, after: float | None = None, at: float | None = None) -> None:
         """Forget the ends at or before ``after``, or at exactly ``at``."""
@@ -76,7 +77,7 @@ class Ends:
     def renumber(self, new: Ids) -> None:
         """Series ``i`` is now ``new[i]`` (-1: forgotten)."""
         sids = new[self.sids]
-        self.sids = sids.astype(np.intp)
+        self.sids = sids.astype(np.int32)
         self._keep(sids >= 0)
 
     def _keep(self, kept: Mask) -> None:
