@@ -62,3 +62,11 @@ def test_collections_run_less_often_inside_the_block_and_as_before_after_it() ->
         assert gc.get_threshold() == heap.THRESHOLDS
         assert heap.THRESHOLDS[0] > before[0]
     assert gc.get_threshold() == before
+
+
+def test_sweeps_take_their_share_of_the_time_within_a_settle_and_the_longest_wait() -> None:
+    cost = 0.11  # seconds of CPU a sweep took at 1,000 nodes
+    assert heap.sweep_interval(cost) == pytest.approx(cost / heap.SWEEP_SHARE)
+    assert heap.SETTLE < heap.sweep_interval(cost) < heap.SWEEP
+    assert heap.sweep_interval(0.0) == heap.SETTLE, "a cheap sweep still waits a settle"
+    assert heap.sweep_interval(60.0) == heap.SWEEP, "a slow one still comes within the longest wait"

@@ -7,8 +7,10 @@ bytes come back, and sees every connection and request the client makes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import json
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,10 @@ from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.pull import Pull, ScrapeError
-from collector.sources.scrape import ScrapeConfig, ScrapeLoop, fetch
+from collector.sources.scrape import ScrapeConfig, ScrapeLoop, ScrapeManager, fetch
 from collector.sources.targets import Target
 from collector.store import Store
+from core.tasks import Supervisor
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -309,3 +312,31 @@ async def test_a_removed_target_has_its_kept_connection_closed(
         assert monitor.connections == 1, "one kept connection for every scrape"
         targets.write_text("[]")
         await eventually(lambda: holds(monitor.closed == 1), 10, "the connection closed")
+
+
+async def test_a_removed_target_is_freed_at_once_not_left_to_the_cycle_collector(
+    monitor: Monitor,
+) -> None:
+    # core.heap keeps full collections rare, so what a dropped target held (its loop,
+    # its normaliser's caches, its last batch) must go by reference counting alone
+    node = build_cluster(1, seed=4, flavours=("hami",))[0]
+    node.step(1000.0)
+    monitor.answers = [send(reply(node.exposition(1000.0)))]
+    target = Target("t1", monitor.url, node.name, Flavour.HAMI, "t1")
+    config = ScrapeConfig(0.2, 5.0, 1 << 20, {SourceKind.HAMI: 0}, PassThrough())
+    store = Store(stale_after=60)
+    async with aiohttp.ClientSession() as session, Supervisor() as tasks:
+        manager = ScrapeManager(session, store, SelfMetrics(store), config, tasks)
+        await manager.sync("file", [target])
+        await eventually(lambda: holds(len(monitor.requests) >= 2), 10, "scrapes")
+        (loop,) = manager.loops()
+        watched = (weakref.ref(loop), weakref.ref(loop._normaliser))
+        del loop
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            await manager.sync("file", [])
+            assert [ref() for ref in watched] == [None, None]
+        finally:
+            if collecting:
+                gc.enable()

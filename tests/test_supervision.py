@@ -8,8 +8,10 @@ drain); the supervisor itself is checked on its own with a quick policy.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -124,6 +126,32 @@ async def test_a_crashed_task_is_restarted_counted_and_logged(
         await eventually(lambda: holds(runs == 3), 5, "the third run")
         assert (task.restarts, counted, tasks.dead()) == (2, ["flaky loop", "flaky loop"], [])
         assert len(crashes(caplog, "flaky loop #1")) == 2
+
+
+async def test_a_stopped_task_and_what_it_ran_are_freed_without_a_cycle_collection() -> None:
+    # core.heap keeps full collections rare: a stopped task must not wait for one
+    started = asyncio.Event()
+
+    class Loop:
+        async def run(self) -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+    loop = Loop()
+    watched = weakref.ref(loop)
+    tasks = Supervisor()
+    task = tasks.start("loop", loop.run)
+    del loop
+    await eventually(lambda: holds(started.is_set()), 5, "the task started")
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        await tasks.stop([task])
+        del task  # the caller's handle was the last reference outside the cycle
+        assert watched() is None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 async def test_a_task_that_keeps_crashing_is_dead_past_the_limit(
