@@ -65,6 +65,7 @@ PUSH = web.AppKey("push", PushReceiver)
 TASKS = web.AppKey("tasks", Supervisor)
 REMOTE = web.AppKey("remote", RemoteWriter)
 KUBE = web.AppKey("kubernetes discovery", KubernetesDiscovery)
+PROMQL = web.AppKey("prometheus api", PrometheusAPI)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
@@ -100,7 +101,8 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
     app.router.add_get("/metrics", page.handle)
-    app.router.add_routes(PrometheusAPI.from_settings(store, settings).routes())
+    app[PROMQL] = PrometheusAPI.from_settings(store, settings)
+    app.router.add_routes(app[PROMQL].routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
     chargeback = Chargeback(
@@ -247,7 +249,8 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
     async with (
         app[TASKS].running("store expiry", expire),
         app[TASKS].running("own series", record_own),
-        app[TASKS].running("heap freezing", heap.keep_frozen),
+        # a collection inside a query would add its pause to the answer
+        app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[PROMQL].idle)),
     ):
         yield
 

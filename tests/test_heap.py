@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
+from helpers import eventually, holds
 
 from core import heap
 
@@ -70,3 +73,37 @@ def test_sweeps_take_their_share_of_the_time_within_a_settle_and_the_longest_wai
     assert heap.SETTLE < heap.sweep_interval(cost) < heap.SWEEP
     assert heap.sweep_interval(0.0) == heap.SETTLE, "a cheap sweep still waits a settle"
     assert heap.sweep_interval(60.0) == heap.SWEEP, "a slow one still comes within the longest wait"
+
+
+class Watched(asyncio.Event):
+    """An event that counts who waited on it."""
+
+    waits = 0
+
+    async def wait(self) -> Literal[True]:
+        self.waits += 1
+        return await super().wait()
+
+
+async def test_a_freeze_or_sweep_waits_while_queries_are_evaluated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    done: list[str] = []
+
+    def did(what: str) -> int:
+        done.append(what)
+        return 0
+
+    monkeypatch.setattr(heap, "sweep", lambda: did("sweep"))
+    monkeypatch.setattr(heap, "freeze", lambda: did("freeze"))
+    idle = Watched()  # a query is being evaluated
+    task = asyncio.create_task(heap.keep_frozen(settle=0.001, idle=idle))
+    try:
+        await eventually(lambda: holds(idle.waits == 1), 5, "a settle passed: waiting on the query")
+        assert done == [], "nothing frozen or swept while a query is evaluated"
+        idle.set()
+        await eventually(lambda: holds(bool(done)), 5, "the first sweep once it ended")
+        assert done[0] == "sweep"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

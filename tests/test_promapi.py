@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from helpers import (
     eventually,
     prometheus_tool,
@@ -23,7 +24,7 @@ from helpers import (
     scraping_collector,
 )
 
-from collector.app import STORE
+from collector.app import PROMQL, STORE
 from collector.demo.agents import SimulatedDirectory
 from collector.demo.cluster import build_cluster
 from collector.demo.monitors import MonitorFarm
@@ -38,6 +39,7 @@ FROZEN = 1_900_000_000.0
 class Api:
     base: str
     http: aiohttp.ClientSession
+    app: web.Application
 
     async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
         async with self.http.get(f"{self.base}/prometheus/api/v1/{path}", params=params) as resp:
@@ -56,10 +58,10 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
         MonitorFarm(nodes, clock=lambda: FROZEN) as farm,
         scraping_collector(
             farm, tmp_path, pods=SimulatedDirectory(nodes), interval=0.5, timeout=0.4
-        ) as (base, _),
+        ) as (base, app),
         aiohttp.ClientSession() as http,
     ):
-        client = Api(base, http)
+        client = Api(base, http, app)
 
         async def scraped() -> bool:
             _, answer = await client.get(
@@ -355,7 +357,7 @@ async def synthetic() -> AsyncIterator[tuple[Api, Any, float]]:
     ):
         end = float(int(time.time()))
         fill(app[STORE].history, end)
-        yield Api(base, http), app[STORE].history, end
+        yield Api(base, http, app), app[STORE].history, end
 
 
 async def test_queries_are_evaluated_off_the_event_loop(
@@ -416,7 +418,7 @@ async def test_sample_limit_and_timeout_answer_as_prometheus(tmp_path: Path) -> 
     ):
         end = float(int(time.time()))
         fill(app[STORE].history, end)
-        client = Api(base, http)
+        client = Api(base, http, app)
         status, answer = await client.get("query", query="sum(synthetic)", time=str(end))
         assert (status, answer["errorType"], answer["error"]) == (
             422,
@@ -430,3 +432,14 @@ async def test_sample_limit_and_timeout_answer_as_prometheus(tmp_path: Path) -> 
         assert answer["data"]["result"] == [{"metric": {}, "value": [end, "210"]}]
         status, answer = await client.get("query", query="1", timeout="0s")
         assert (status, answer["errorType"]) == (503, "timeout")
+
+
+async def test_the_count_of_queries_being_evaluated_comes_back_to_zero(api: Api) -> None:
+    """The heap task waits while it is above zero: a query that fails, or one that answers,
+    must give its count back."""
+    promql = api.app[PROMQL]
+    assert (await api.get("query", query="sum(("))[0] == 400
+    assert (await api.get("query", query="count(up)"))[0] == 200
+    assert (await api.get("query", query='label_replace(up, "a", "$1", "b", "(")'))[0] == 422
+    assert promql.evaluating == 0
+    assert promql.idle.is_set()

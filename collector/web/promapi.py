@@ -101,6 +101,11 @@ class PrometheusAPI:
         self._timeout = timeout
         self._max_samples = max_samples
         self._slots = asyncio.Semaphore(max_concurrency)
+        self.evaluating = 0
+        """Queries holding a slot: read or being evaluated."""
+        self.idle = asyncio.Event()
+        """Set while no query holds a slot."""
+        self.idle.set()
 
     @classmethod
     def from_settings(cls, store: Store, settings: CollectorSettings) -> PrometheusAPI:
@@ -181,10 +186,12 @@ class PrometheusAPI:
             await asyncio.wait_for(self._slots.acquire(), allowed)
         except TimeoutError:
             raise QueryError("timeout", "query timed out in query queue") from None
+        self.evaluating += 1
+        self.idle.clear()
         try:
             prepared = prepare(max(0.0, allowed - (time.monotonic() - began)))
         except BaseException:
-            self._slots.release()
+            self._release()
             raise
         work = asyncio.ensure_future(asyncio.to_thread(answer, prepared))
         work.add_done_callback(self._finished)
@@ -196,9 +203,15 @@ class PrometheusAPI:
 
     def _finished(self, work: asyncio.Future[Any]) -> None:
         """A query's thread is done: free its slot (its outcome went to the request, if any)."""
-        self._slots.release()
+        self._release()
         if not work.cancelled():
             work.exception()  # retrieved here too, for a request that went away
+
+    def _release(self) -> None:
+        self.evaluating -= 1
+        if not self.evaluating:
+            self.idle.set()
+        self._slots.release()
 
     async def series(self, params: _Params) -> Any:
         """The label sets of the series that match any ``match[]`` in the window."""
