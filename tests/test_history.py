@@ -354,7 +354,8 @@ def test_a_window_of_packed_runs_reads_each_series_own_values() -> None:
 
 
 class EveryPoint:
-    """The history, always read whole: what an instant lookup finds with no shortcut."""
+    """The history, always read whole, without the reader's hints: what a lookup finds with
+    no shortcut."""
 
     def __init__(self, history: History) -> None:
         self.history = history
@@ -368,6 +369,14 @@ class EveryPoint:
         lookup: Lookup | None = None,
     ) -> Any:
         return self.history.select(matchers, start, end)
+
+    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
+        return self.history.label_names(matchers, start, end)
+
+    def label_values(
+        self, name: str, matchers: Sequence[Matcher], start: float, end: float
+    ) -> set[str]:
+        return self.history.label_values(name, matchers, start, end)
 
 
 events = st.lists(
@@ -455,32 +464,6 @@ def test_a_range_query_finds_at_each_step_what_an_instant_query_there_finds(
             assert ranged.get(t, []) == want, (query, t)
 
 
-class Unhinted:
-    """The history, read without the lookup hint: every point of the window, looked up by the
-    evaluator."""
-
-    def __init__(self, history: History) -> None:
-        self.history = history
-
-    def select(
-        self,
-        matchers: Sequence[Matcher],
-        start: float,
-        end: float,
-        newest: bool = False,
-        lookup: Lookup | None = None,
-    ) -> Any:
-        return self.history.select(matchers, start, end, newest)
-
-    def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
-        return self.history.label_names(matchers, start, end)
-
-    def label_values(
-        self, name: str, matchers: Sequence[Matcher], start: float, end: float
-    ) -> set[str]:
-        return self.history.label_values(name, matchers, start, end)
-
-
 # Mostly none: a series that stops and starts again within a block leaves a gap in its run,
 # which only the window's points can answer for.
 rarely_one_key = st.sampled_from([frozenset()] * 120 + [frozenset({key}) for key in KEYS])
@@ -530,7 +513,7 @@ def test_lookups_made_from_the_runs_find_what_the_window_s_points_find(
     start, end = 1000.0 + skip, now[0] + lookback
     for query in ("m", "sum by (ns) (m)", "m offset 40s", "count(m)"):
         got = range_query(query, start, end, every, history, lookback=lookback)
-        want = range_query(query, start, end, every, Unhinted(history), lookback=lookback)
+        want = range_query(query, start, end, every, EveryPoint(history), lookback=lookback)
         assert by_step(got) == by_step(want), query
 
 

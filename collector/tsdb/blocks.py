@@ -222,44 +222,83 @@ class RunCells:
     values: F64
 
 
-def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> RunCells:
-    """The cells of the series ``want`` marks (all if None) in consecutive segments' windows
-    ``[lo, hi)``, all segments at once: ``cols`` count the windows' times laid end to end.
+def expand(first: Ids, count: Ids) -> tuple[Ids, Ids]:
+    """For runs whose cells are ``first .. first + count - 1``: each cell's run and index."""
+    run = np.repeat(np.arange(len(first)), count)
+    return run, first[run] + np.arange(len(run)) - (np.cumsum(count) - count)[run]
+
+
+class Runs:
+    """The wanted runs of consecutive segments' windows ``[lo, hi)``, all segments at once:
+    their series, bounds in the windows' columns laid end to end (``begin`` to ``end``,
+    exclusive), and where their cells lie.
 
     Why at once: a node's hour is several segments, and reading them one by one
-    costs a score of numpy calls each; here every run of every segment is cut to
-    its window and expanded to cells in one pass. Cells inside a run may be
-    :data:`ABSENT` (a gap).
+    costs a score of numpy calls each. ``gapped``: a wanted run has a time
+    inside without a point (its cells there are :data:`ABSENT`).
     """
-    segments = [w[0] for w in windows]
-    counts = [len(seg.ids) for seg in segments]
-    part = np.repeat(np.arange(len(segments)), counts)
-    ids = np.concatenate([seg.ids for seg in segments])
-    stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
-    # where each run's cells start in its own segment's values
-    ends = np.cumsum(stored)
-    sizes = np.array([len(seg.values) for seg in segments], np.int64)
-    starts = ends - stored - (np.cumsum(sizes) - sizes)[part]
-    picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
-    first = np.concatenate([seg.first for seg in segments]).astype(np.int64)[picked]
-    width = np.concatenate([seg.width for seg in segments]).astype(np.int64)[picked]
-    part = part[picked]
-    lo, hi = (np.array(bounds, np.int64) for bounds in zip(*[w[1:] for w in windows], strict=True))
-    begin = np.maximum(first, lo[part])
-    count = np.minimum(first + width, hi[part]) - begin
-    inside = np.flatnonzero(count > 0)
-    picked, first, part, begin, count = (a[inside] for a in (picked, first, part, begin, count))
-    run = np.repeat(np.arange(len(picked)), count)
-    col = begin[run] + np.arange(len(run)) - (np.cumsum(count) - count)[run]
-    step = (stored[picked] > 1)[run]
-    index = starts[picked][run] + (col - first[run]) * step
-    shift = np.cumsum(hi - lo) - (hi - lo) - lo  # a segment's time index to its window's column
-    taken = np.cumsum(np.bincount(part, count, len(segments)).astype(np.int64)).tolist()
-    bounds = itertools.pairwise([0, *taken])
-    values = np.concatenate(
-        [seg.values.take(index[a:b]) for seg, (a, b) in zip(segments, bounds, strict=True)]
-    )
-    return RunCells(ids[picked].astype(np.int64), run, col + shift[part[run]], values)
+
+    def __init__(
+        self, segments: list[Segment], sids: Ids, part: Ids, fields: tuple[Ids, ...], gapped: bool
+    ) -> None:
+        self.segments = segments
+        self.sids = sids
+        self.part = part
+        self.begin, self.end, self.shift, self.first, self.start, self.step = fields
+        self.gapped = gapped
+
+    @staticmethod
+    def of(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> Runs:
+        """The runs ``want`` marks (all if None) with points inside the windows."""
+        segments = [w[0] for w in windows]
+        counts = [len(seg.ids) for seg in segments]
+        ids = np.concatenate([seg.ids for seg in segments])
+        picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
+        gapped = False
+        if any(len(seg.gaps) for seg in segments):
+            offsets = np.cumsum(counts) - counts
+            gaps = np.concatenate(
+                [seg.gaps + at for seg, at in zip(segments, offsets, strict=True)]
+            )
+            gapped = bool(np.isin(gaps, picked).any())
+        part = np.repeat(np.arange(len(segments)), counts)
+        stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
+        # where each run's cells start in its own segment's values
+        sizes = np.array([len(seg.values) for seg in segments], np.int64)
+        start = (np.cumsum(stored) - stored - (np.cumsum(sizes) - sizes)[part])[picked]
+        first = np.concatenate([seg.first for seg in segments]).astype(np.int64)[picked]
+        width = np.concatenate([seg.width for seg in segments]).astype(np.int64)[picked]
+        part = part[picked]
+        lo, hi = (
+            np.array(bounds, np.int64) for bounds in zip(*[w[1:] for w in windows], strict=True)
+        )
+        shift = (np.cumsum(hi - lo) - (hi - lo) - lo)[part]  # a segment's time to its column
+        begin = np.maximum(first, lo[part])
+        end = np.minimum(first + width, hi[part])
+        kept = np.flatnonzero(end > begin)
+        step = (stored[picked] > 1).astype(np.int64)
+        fields = (begin + shift, end + shift, shift, first, start, step)
+        sids = ids[picked].astype(np.int64)[kept]
+        return Runs(segments, sids, part[kept], tuple(f[kept] for f in fields), gapped)
+
+    def cells(self, run: Ids, col: Ids) -> F64:
+        """The values of runs ``run`` (ascending) at columns ``col``, one per pair."""
+        local = col - self.shift[run]
+        index = self.start[run] + (local - self.first[run]) * self.step[run]
+        taken = np.cumsum(np.bincount(self.part[run], minlength=len(self.segments))).tolist()
+        bounds = itertools.pairwise([0, *taken])
+        return np.concatenate(
+            [seg.values.take(index[a:b]) for seg, (a, b) in zip(self.segments, bounds, strict=True)]
+        )
+
+
+def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> RunCells:
+    """Every cell of the series ``want`` marks (all if None) in consecutive segments' windows
+    ``[lo, hi)``: ``cols`` count the windows' times laid end to end. Cells inside a run
+    may be :data:`ABSENT` (a gap)."""
+    runs = Runs.of(windows, want)
+    run, col = expand(runs.begin, runs.end - runs.begin)
+    return RunCells(runs.sids, run, col, runs.cells(run, col))
 
 
 def _offsets(times: int, first: NDArray[Any]) -> NDArray[np.uint64]:

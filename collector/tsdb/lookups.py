@@ -17,13 +17,12 @@ then reads the window instead.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.tsdb.blocks import Ids, Mask, Segment, stale
+from collector.tsdb.blocks import Ids, Mask, Runs, Segment, expand, stale
 from collector.tsdb.series import STALE
 
 F64 = NDArray[np.float64]
@@ -43,8 +42,8 @@ def looked_up(
     times laid end to end. Series no lookup finds are left out. None if a wanted run has
     a gap.
     """
-    runs = _Runs.of(windows, want)
-    if runs is None:
+    runs = Runs.of(windows, want)
+    if runs.gapped:
         return None
     pos = np.searchsorted(times_ms, at, side="right") - 1
     oldest = np.searchsorted(times_ms, at - lookback_ms, side="left")
@@ -53,12 +52,12 @@ def looked_up(
     # series' next run, within the lookback of its last point
     inside = np.searchsorted(pos, begin), np.searchsorted(pos, end)
     after = np.minimum(
-        np.searchsorted(pos, runs.following()), np.searchsorted(oldest, end - 1, side="right")
+        np.searchsorted(pos, _following(runs)), np.searchsorted(oldest, end - 1, side="right")
     )
-    run, step = _expand(inside[0], inside[1] - inside[0])
+    run, step = expand(inside[0], inside[1] - inside[0])
     col = pos[step]
     values = np.where(col >= oldest[step], runs.cells(run, col), STALE)
-    tail_run, tail_step = _expand(inside[1], np.maximum(after - inside[1], 0))
+    tail_run, tail_step = expand(inside[1], np.maximum(after - inside[1], 0))
     last = runs.cells(np.arange(len(begin)), end - 1)
     sids = np.unique(runs.sids)
     rows = np.searchsorted(sids, runs.sids)
@@ -69,71 +68,10 @@ def looked_up(
     return (sids, out) if found.all() else (sids[found], out[found])
 
 
-def _expand(first: Ids, count: Ids) -> tuple[Ids, Ids]:
-    """For runs whose steps are ``first .. first + count - 1``: each cell's run and step."""
-    run = np.repeat(np.arange(len(first)), count)
-    return run, first[run] + np.arange(len(run)) - (np.cumsum(count) - count)[run]
-
-
-class _Runs:
-    """The wanted runs of consecutive segments' windows: bounds in the windows' columns laid
-    end to end (``begin`` to ``end``, exclusive), and where their cells lie."""
-
-    def __init__(
-        self, segments: list[Segment], sids: Ids, part: Ids, fields: tuple[Ids, ...]
-    ) -> None:
-        self.segments = segments
-        self.sids = sids
-        self.part = part
-        self.begin, self.end, self.shift, self.first, self.start, self.step = fields
-
-    @staticmethod
-    def of(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> _Runs | None:
-        """The runs ``want`` marks with points inside the windows; None if one has a gap."""
-        segments = [w[0] for w in windows]
-        counts = [len(seg.ids) for seg in segments]
-        offsets = np.cumsum(counts) - counts
-        ids = np.concatenate([seg.ids for seg in segments])
-        picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
-        if any(len(seg.gaps) for seg in segments):
-            gaps = np.concatenate(
-                [seg.gaps + at for seg, at in zip(segments, offsets, strict=True)]
-            )
-            if np.isin(gaps, picked).any():
-                return None
-        part = np.repeat(np.arange(len(segments)), counts)
-        stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
-        sizes = np.array([len(seg.values) for seg in segments], np.int64)
-        start = (np.cumsum(stored) - stored - (np.cumsum(sizes) - sizes)[part])[picked]
-        first = np.concatenate([seg.first for seg in segments]).astype(np.int64)[picked]
-        width = np.concatenate([seg.width for seg in segments]).astype(np.int64)[picked]
-        part = part[picked]
-        lo, hi = (
-            np.array(bounds, np.int64) for bounds in zip(*[w[1:] for w in windows], strict=True)
-        )
-        shift = (np.cumsum(hi - lo) - (hi - lo) - lo)[part]
-        begin = np.maximum(first, lo[part])
-        end = np.minimum(first + width, hi[part])
-        kept = np.flatnonzero(end > begin)
-        step = (stored[picked] > 1).astype(np.int64)
-        fields = (begin + shift, end + shift, shift, first, start, step)
-        sids = ids[picked].astype(np.int64)[kept]
-        return _Runs(segments, sids, part[kept], tuple(f[kept] for f in fields))
-
-    def following(self) -> Ids:
-        """Where each run's series has its next run (never: the largest int64)."""
-        order = np.lexsort((self.begin, self.sids))
-        same = self.sids[order][1:] == self.sids[order][:-1]
-        following = np.full(len(self.sids), _NEVER, np.int64)
-        following[order[:-1][same]] = self.begin[order][1:][same]
-        return following
-
-    def cells(self, run: Ids, col: Ids) -> F64:
-        """The values of runs ``run`` (ascending) at columns ``col``, one per pair."""
-        local = col - self.shift[run]
-        index = self.start[run] + (local - self.first[run]) * self.step[run]
-        taken = np.cumsum(np.bincount(self.part[run], minlength=len(self.segments))).tolist()
-        bounds = itertools.pairwise([0, *taken])
-        return np.concatenate(
-            [seg.values.take(index[a:b]) for seg, (a, b) in zip(self.segments, bounds, strict=True)]
-        )
+def _following(runs: Runs) -> Ids:
+    """Where each run's series has its next run (never: the largest int64)."""
+    order = np.lexsort((runs.begin, runs.sids))
+    same = runs.sids[order][1:] == runs.sids[order][:-1]
+    following = np.full(len(runs.sids), _NEVER, np.int64)
+    following[order[:-1][same]] = runs.begin[order][1:][same]
+    return following
