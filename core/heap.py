@@ -107,9 +107,12 @@ async def keep_frozen(settle: float = SETTLE, idle: asyncio.Event | None = None)
     wait = swept = 0.0  # the first tick sweeps: it costs what a freeze would, nothing is frozen yet
     while True:
         await asyncio.sleep(settle)
-        if idle is not None:
+        if idle is not None and not idle.is_set():
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+            # meets the event being set, and the task would outlive its owner's shutdown
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(idle.wait(), DEFER)
+                async with asyncio.timeout(DEFER):
+                    await idle.wait()
         if time.monotonic() - swept >= wait:
             began = time.thread_time()
             sweep()

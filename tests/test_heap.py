@@ -107,3 +107,17 @@ async def test_a_freeze_or_sweep_waits_while_queries_are_evaluated(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_cancel_ends_the_task_whenever_it_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "sweep", lambda: 0)
+    monkeypatch.setattr(heap, "freeze", lambda: 0)
+    idle = asyncio.Event()
+    idle.set()  # no query: each tick's wait ends at once, the cancel can meet it ending
+    for ticks in range(40):
+        task = asyncio.create_task(heap.keep_frozen(settle=0, idle=idle))
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, f"canceled after {ticks} loop turns, the task went on"

@@ -138,7 +138,10 @@ async def remote_writing(
             yield writer
             writer.own(metrics, time.time())
             try:
-                await asyncio.wait_for(writer.drained(), config.flush_timeout)
+                async with asyncio.timeout(
+                    config.flush_timeout
+                ):  # 3.11 wait_for can swallow a cancel
+                    await writer.drained()
             except TimeoutError:
                 left = sum(d.pending() for d in destinations)
                 log.warning("remote write: %d samples not sent at shutdown", left)

@@ -183,7 +183,10 @@ class PrometheusAPI:
         """
         began = time.monotonic()
         try:
-            await asyncio.wait_for(self._slots.acquire(), allowed)
+            if allowed <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(allowed):  # 3.11 wait_for can swallow a cancel
+                await self._slots.acquire()
         except TimeoutError:
             raise QueryError("timeout", "query timed out in query queue") from None
         self.evaluating += 1
