@@ -496,22 +496,61 @@ def test_lookups_made_from_the_runs_find_what_the_window_s_points_find(
     """One source over many blocks: churn, markers, series that pass elsewhere unmarked,
     sources that go, gaps beyond the lookback, runs of one value; windows that start
     inside a block."""
+    history, end = one_source_history({"n1": (0, 0.0)}, steps)
+    assert_lookups_agree(history, 1000.0 + skip, end + lookback, every, lookback)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=one_source,
+    nodes=st.lists(st.tuples(st.integers(0, 60), st.floats(0, 14.9)), min_size=2, max_size=4),
+    every=st.sampled_from((7.0, 15.0, 60.0)),
+    lookback=st.sampled_from((10.0, 300.0)),
+)
+def test_lookups_of_many_nodes_find_what_each_node_s_points_find(
+    steps: list[tuple[float, frozenset[bytes], dict[bytes, float], bool, bool]],
+    nodes: list[tuple[int, float]],
+    every: float,
+    lookback: float,
+) -> None:
+    """Nodes that start later than others (steps before a node's first point), each sampled
+    at its own offset within the step, as a scrape loop spreads its targets."""
+    history, end = one_source_history(
+        {f"n{i}": (first, offset) for i, (first, offset) in enumerate(nodes)}, steps
+    )
+    assert_lookups_agree(history, 1000.0, end + lookback, every, lookback)
+
+
+def one_source_history(
+    nodes: dict[str, tuple[int, float]],
+    steps: list[tuple[float, frozenset[bytes], dict[bytes, float], bool, bool]],
+) -> tuple[History, float]:
+    """Each node recording ``steps`` from its first one on, its sample times ``offset`` early;
+    the history and the last step's time."""
     now = [1000.0]
     history = History(retention=100_000, clock=lambda: now[0])
     held = dict.fromkeys(KEYS[:4], 1.0)
-    for step, toggled, changes, unmarked, goes in steps:
+    for k, (step, toggled, changes, unmarked, goes) in enumerate(steps):
         now[0] += step
         for key in toggled:
             if held.pop(key, None) is None:
                 held[key] = 0.0
         held.update((key, value) for key, value in changes.items() if key in held)
         kept = toggled if unmarked else frozenset()
-        history.record("n1", dict(held), sampled=now[0], kept=kept)
+        for node, (first, offset) in nodes.items():
+            if k >= first:
+                history.record(node, dict(held), sampled=now[0] - offset, kept=kept)
         if goes:
             now[0] += 0.5
-            history.forget("n1", "", kept=kept)
-    start, end = 1000.0 + skip, now[0] + lookback
-    for query in ("m", "sum by (ns) (m)", "m offset 40s", "count(m)"):
+            for node in nodes:
+                history.forget(node, "", kept=kept)
+    return history, now[0]
+
+
+def assert_lookups_agree(
+    history: History, start: float, end: float, every: float, lookback: float
+) -> None:
+    for query in ("m", "sum by (ns) (m)", "m offset 40s", "count(m)", "count by (node) (m)"):
         got = range_query(query, start, end, every, history, lookback=lookback)
         want = range_query(query, start, end, every, EveryPoint(history), lookback=lookback)
         assert by_step(got) == by_step(want), query
