@@ -50,7 +50,7 @@ from collector.web.promapi import PrometheusAPI
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
-from core import heap
+from core import heap, malloc
 from core.shards import Shard
 from core.tasks import Supervisor
 
@@ -251,6 +251,8 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
         app[TASKS].running("own series", record_own),
         # a collection inside a query would add its pause to the answer
         app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[PROMQL].idle)),
+        # the heap's free memory serves the next query; it goes back once they are quiet
+        app[TASKS].running("memory trimming", lambda: malloc.keep_trimmed(app[PROMQL].quiet)),
     ):
         yield
 

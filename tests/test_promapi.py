@@ -443,3 +443,11 @@ async def test_the_count_of_queries_being_evaluated_comes_back_to_zero(api: Api)
     assert (await api.get("query", query='label_replace(up, "a", "$1", "b", "(")'))[0] == 422
     assert promql.evaluating == 0
     assert promql.idle.is_set()
+
+
+async def test_quiet_time_counts_from_the_last_query_s_end(api: Api) -> None:
+    """Memory goes back once queries have been quiet a while (core/malloc.py)."""
+    promql = api.app[PROMQL]
+    began = time.monotonic()
+    assert (await api.get("query", query="count(up)"))[0] == 200
+    assert 0 <= promql.quiet() <= time.monotonic() - began

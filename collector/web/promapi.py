@@ -106,6 +106,7 @@ class PrometheusAPI:
         self.idle = asyncio.Event()
         """Set while no query holds a slot."""
         self.idle.set()
+        self._last = time.monotonic()
 
     @classmethod
     def from_settings(cls, store: Store, settings: CollectorSettings) -> PrometheusAPI:
@@ -214,7 +215,13 @@ class PrometheusAPI:
         self.evaluating -= 1
         if not self.evaluating:
             self.idle.set()
+            self._last = time.monotonic()
         self._slots.release()
+
+    def quiet(self) -> float:
+        """Seconds since the last query ended (since the API was made if none came); 0 while
+        one holds a slot."""
+        return 0.0 if self.evaluating else time.monotonic() - self._last
 
     async def series(self, params: _Params) -> Any:
         """The label sets of the series that match any ``match[]`` in the window."""
