@@ -66,7 +66,11 @@ async def test_memory_goes_back_only_once_queries_are_quiet(
         asked.append(quiet[0])
         return quiet[0]
 
-    monkeypatch.setattr(malloc, "trim", lambda: trims.append(quiet[0]) or True)
+    def trim() -> bool:
+        trims.append(quiet[0])
+        return True
+
+    monkeypatch.setattr(malloc, "trim", trim)
     task = asyncio.create_task(malloc.keep_trimmed(quiet_for, every=0.001))
     try:
         await eventually(lambda: holds(len(asked) >= 3), 5, "three ticks while queries came")

@@ -30,6 +30,7 @@ from collector.tsdb.blocks import (
     OpenBlock,
     Segment,
     absent,
+    gapped,
     merge,
     pack,
     renumbered,
@@ -38,8 +39,7 @@ from collector.tsdb.blocks import (
 )
 from collector.tsdb.ends import KEEP, Ends, Newest, joined
 from collector.tsdb.labels import Mask
-from collector.tsdb.lookups import looked_up
-from collector.tsdb.series import ABSENT, STALE, Lookup
+from collector.tsdb.series import ABSENT, STALE
 
 if TYPE_CHECKING:
     from collector.tsdb.nodes import NodeSeries
@@ -359,12 +359,13 @@ class Axis:
             sids, matrix = sids[held], matrix[held]
         return (sids, times, matrix) if len(sids) else None
 
-    def looked_up(
-        self, want: Mask | None, start: float, end: float, lookup: Lookup
-    ) -> tuple[Ids, F64] | None:
-        """The series ``want`` marks with points in ``[start, end]``, looked up from the
-        blocks' runs (:func:`~collector.tsdb.lookups.looked_up`); the open block is packed
-        for it as it would be once full. None if a wanted run has a gap."""
+    def windows(
+        self, want: Mask | None, start: float, end: float
+    ) -> tuple[list[tuple[Segment, int, int]], Ids] | None:
+        """What a lookup of the series ``want`` marks in ``[start, end]`` reads
+        (:mod:`collector.tsdb.lookups`): the segments with the window's bounds in their
+        times, and the window's times (ms); the open block is packed for it as it would be
+        once full. None if a wanted run has a gap."""
         windows, times = [], []
         for part, at, lo, hi in self._parts(start, end):
             if isinstance(part, OpenBlock):
@@ -374,10 +375,10 @@ class Axis:
                 part = packed
             windows.append((part, lo, hi))
             times.append(at[lo:hi])
-        if not windows:
-            return np.zeros(0, np.int64), np.zeros((0, len(lookup.at)))
-        times_ms = np.rint(np.concatenate(times) * 1000).astype(np.int64)
-        return looked_up(windows, want, times_ms, lookup.at, lookup.lookback_ms)
+        if gapped((w[0] for w in windows), want):
+            return None
+        times_ms = np.rint(np.concatenate(times) * 1000).astype(np.int64) if times else _NO_IDS
+        return windows, times_ms
 
     @property
     def nbytes(self) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,33 +234,31 @@ class Runs:
     exclusive), and where their cells lie.
 
     Why at once: a node's hour is several segments, and reading them one by one
-    costs a score of numpy calls each. ``gapped``: a wanted run has a time
-    inside without a point (its cells there are :data:`ABSENT`).
+    costs a score of numpy calls each; a lookup reads many nodes' in one pass.
     """
 
     def __init__(
-        self, segments: list[Segment], sids: Ids, part: Ids, fields: tuple[Ids, ...], gapped: bool
+        self, segments: list[Segment], sids: Ids, part: Ids, fields: tuple[Ids, ...]
     ) -> None:
         self.segments = segments
         self.sids = sids
         self.part = part
+        """Each run's window, an index into ``segments``."""
         self.begin, self.end, self.shift, self.first, self.start, self.step = fields
-        self.gapped = gapped
 
     @staticmethod
-    def of(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> Runs:
-        """The runs ``want`` marks (all if None) with points inside the windows."""
+    def of(
+        windows: Sequence[tuple[Segment, int, int]], want: Mask | None, bases: Ids | None = None
+    ) -> Runs:
+        """The runs ``want`` marks (all if None) with points inside the windows; ``bases``:
+        what each window's series ids are offset by (segments of several nodes, ``want``
+        over their ids laid end to end)."""
         segments = [w[0] for w in windows]
         counts = [len(seg.ids) for seg in segments]
-        ids = np.concatenate([seg.ids for seg in segments])
+        ids = np.concatenate([seg.ids for seg in segments]).astype(np.int64)
+        if bases is not None:
+            ids += np.repeat(bases, counts)
         picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
-        gapped = False
-        if any(len(seg.gaps) for seg in segments):
-            offsets = np.cumsum(counts) - counts
-            gaps = np.concatenate(
-                [seg.gaps + at for seg, at in zip(segments, offsets, strict=True)]
-            )
-            gapped = bool(np.isin(gaps, picked).any())
         part = np.repeat(np.arange(len(segments)), counts)
         stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
         # where each run's cells start in its own segment's values
@@ -278,8 +276,7 @@ class Runs:
         kept = np.flatnonzero(end > begin)
         step = (stored[picked] > 1).astype(np.int64)
         fields = (begin + shift, end + shift, shift, first, start, step)
-        sids = ids[picked].astype(np.int64)[kept]
-        return Runs(segments, sids, part[kept], tuple(f[kept] for f in fields), gapped)
+        return Runs(segments, ids[picked][kept], part[kept], tuple(f[kept] for f in fields))
 
     def cells(self, run: Ids, col: Ids) -> F64:
         """The values of runs ``run`` (ascending) at columns ``col``, one per pair."""
@@ -290,6 +287,13 @@ class Runs:
         return np.concatenate(
             [seg.values.take(index[a:b]) for seg, (a, b) in zip(self.segments, bounds, strict=True)]
         )
+
+
+def gapped(segments: Iterable[Segment], want: Mask | None) -> bool:
+    """Whether a run of a series ``want`` marks (all if None) has a time inside without a point."""
+    return any(
+        len(seg.gaps) and (want is None or bool(want[seg.ids[seg.gaps]].any())) for seg in segments
+    )
 
 
 def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> RunCells:

@@ -23,16 +23,22 @@ passed (oldest first, across all nodes).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Generator, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from collector.tsdb.axis import Axis
 from collector.tsdb.labels import Mask, Verdicts
+from collector.tsdb.lookups import Windows, looked_up
 from collector.tsdb.nodes import Found, NodeSeries
-from collector.tsdb.series import Columns, Lookup, Matcher
+from collector.tsdb.series import Columns, LabelSet, Lookup, Matcher
+
+LOOKUP_IDS = 8192
+"""Series ids of the nodes one lookup serves at once: enough to spread its numpy calls' cost
+over many nodes, few enough for its arrays to stay in the CPU's cache."""
 
 
 class History:
@@ -143,19 +149,43 @@ class History:
         runs (:mod:`collector.tsdb.lookups`).
         """
         start = max(start, float(np.nextafter(self._floor, math.inf)))
-        for state, want in self._wanted(matchers):
-            if lookup is not None and not newest:
-                found = state.looked_up(want, start, end, lookup)
-                if found is not None:
-                    if len(found[0]):
-                        at = lookup.at / 1000
-                        yield Columns(at, state.label_sets(found[0]), found[1], looked_up=True)
-                    continue
+        wanted: Iterable[tuple[NodeSeries, Mask | None]] = self._wanted(matchers)
+        if lookup is not None and not newest:
+            wanted = yield from self._looked_up(wanted, start, end, lookup)
+        for state, want in wanted:
             read = state.newest if newest else state.grid
             grid = read(want, start, end)
             if grid is not None:
                 ids, times, values = grid
                 yield Columns(times, state.label_sets(ids), values)
+
+    def _looked_up(
+        self,
+        wanted: Iterable[tuple[NodeSeries, Mask | None]],
+        start: float,
+        end: float,
+        lookup: Lookup,
+    ) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
+        """The wanted series looked up from their runs, many nodes at once (one group each
+        :data:`LOOKUP_IDS`); returns the nodes whose runs cannot tell
+        (:meth:`NodeSeries.windows`), to be read as windows."""
+        rest: list[tuple[NodeSeries, Mask | None]] = []
+        states: list[NodeSeries] = []
+        reads: list[Windows] = []
+        held = 0
+        for state, want in wanted:
+            windows = state.windows(want, start, end)
+            if windows is None:
+                rest.append((state, want))
+            elif windows.segments:
+                states.append(state)
+                reads.append(windows)
+                held += windows.size
+                if held >= LOOKUP_IDS:
+                    yield from _looked_up(states, reads, lookup)
+                    states, reads, held = [], [], 0
+        yield from _looked_up(states, reads, lookup)
+        return rest
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""
@@ -201,3 +231,17 @@ class History:
             want = state.want(ordered, verdicts)
             if want is not False:
                 yield state, None if want is True else want
+
+
+def _looked_up(states: list[NodeSeries], reads: list[Windows], lookup: Lookup) -> Iterator[Columns]:
+    """The group of the series ``reads`` find (none if they find none)."""
+    if not reads:
+        return
+    found = looked_up(reads, lookup.at, lookup.lookback_ms)
+    if not len(found.sids):
+        return
+    bounds = np.flatnonzero(np.diff(found.nodes)) + 1
+    labels: list[LabelSet] = []
+    for a, b in itertools.pairwise([0, *bounds.tolist(), len(found.nodes)]):
+        labels += states[int(found.nodes[a])].label_sets(found.sids[a:b])
+    yield Columns(lookup.at / 1000, labels, found.values, looked_up=True)

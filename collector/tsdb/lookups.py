@@ -1,4 +1,4 @@
-"""Looking a node's series up at reference times straight from its packed runs.
+"""Looking series up at reference times straight from their packed runs, many nodes at once.
 
 An instant selector of a range query needs, per series and step, only the
 newest point at or before the step within the lookback. Expanding every point
@@ -10,14 +10,21 @@ the few steps after it ends and before the series' next run (within the
 lookback) take its last cell. So one ``searchsorted`` of the runs' bounds among
 the steps finds every cell a lookup needs, and only those cells are read.
 
+Why many nodes at once: done node by node, the five dozen numpy calls a lookup
+takes cost ~150 µs a node whatever its size. Laid end to end, the nodes' times
+become one ascending axis (node ``i``'s times shifted by ``i`` spans), their
+steps too, and one lookup serves them all; a pair of a run and a step of
+different nodes is dropped.
+
 A run with a time inside that holds no point (rare, see
-:attr:`~collector.tsdb.blocks.Segment.gaps`) breaks that reasoning: the caller
-then reads the window instead.
+:attr:`~collector.tsdb.blocks.Segment.gaps`) breaks that reasoning: such a
+node is read as a window instead (:func:`~collector.tsdb.blocks.gapped`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,24 +36,50 @@ F64 = NDArray[np.float64]
 _NEVER = np.iinfo(np.int64).max
 
 
-def looked_up(
-    windows: Sequence[tuple[Segment, int, int]],
-    want: Mask | None,
-    times_ms: Ids,
-    at: Ids,
-    lookback_ms: int,
-) -> tuple[Ids, F64] | None:
-    """The series ``want`` marks (all if None) in consecutive segments' windows ``[lo, hi)``,
-    looked up at ``at`` (ms): their ids, and a series x steps matrix of each lookup's value,
-    :data:`~collector.tsdb.series.STALE` where it finds none. ``times_ms`` are the windows'
-    times laid end to end. Series no lookup finds are left out. None if a wanted run has
-    a gap.
-    """
-    runs = Runs.of(windows, want)
-    if runs.gapped:
-        return None
-    pos = np.searchsorted(times_ms, at, side="right") - 1
-    oldest = np.searchsorted(times_ms, at - lookback_ms, side="left")
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """One node's part of a lookup: consecutive segments, each with the bounds ``[lo, hi)``
+    of the read's window in its times; those times (ms) laid end to end; which series are
+    wanted (all if None) among the node's ``size`` ids."""
+
+    segments: list[tuple[Segment, int, int]]
+    times_ms: Ids
+    want: Mask | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookedUp:
+    """What the lookups found: per series (grouped by node), its node (an index into the
+    nodes looked up), its id there, and its value at each reference time (:data:`STALE`
+    for none)."""
+
+    nodes: Ids
+    sids: Ids
+    values: F64
+
+
+def looked_up(nodes: Sequence[Windows], at: Ids, lookback_ms: int) -> LookedUp:
+    """The wanted series of ``nodes`` looked up at ``at`` (ms, ascending); series no lookup
+    finds are left out. No node may hold a gapped run it wants."""
+    steps = len(at)
+    sizes = np.array([node.size for node in nodes], np.int64)
+    bases = np.cumsum(sizes) - sizes
+    origin = min(int(at[0]) - lookback_ms, *(int(n.times_ms[0]) for n in nodes))
+    span = max(int(at[-1]), *(int(n.times_ms[-1]) for n in nodes)) - origin + 1
+    shifts = np.arange(len(nodes), dtype=np.int64) * span - origin
+    times = np.concatenate(
+        [node.times_ms + shift for node, shift in zip(nodes, shifts.tolist(), strict=True)]
+    )
+    want = None
+    if any(node.want is not None for node in nodes):
+        want = np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
+    counts = [len(node.segments) for node in nodes]
+    runs = Runs.of([w for node in nodes for w in node.segments], want, np.repeat(bases, counts))
+    node_of_run = np.repeat(np.arange(len(nodes)), counts)[runs.part]
+    refs = (shifts[:, None] + at[None, :]).ravel()  # every node's steps, node after node
+    pos = np.searchsorted(times, refs, side="right") - 1
+    oldest = np.searchsorted(times, refs - lookback_ms, side="left")
     begin, end = runs.begin, runs.end
     # the steps whose newest time lies inside each run, and those after it, before the
     # series' next run, within the lookback of its last point
@@ -54,18 +87,30 @@ def looked_up(
     after = np.minimum(
         np.searchsorted(pos, _following(runs)), np.searchsorted(oldest, end - 1, side="right")
     )
-    run, step = expand(inside[0], inside[1] - inside[0])
+    # a node's step with no point at or before it lands on the node before it: not its own
+    run, step = _own(node_of_run, steps, *expand(inside[0], inside[1] - inside[0]))
     col = pos[step]
     values = np.where(col >= oldest[step], runs.cells(run, col), STALE)
-    tail_run, tail_step = expand(inside[1], np.maximum(after - inside[1], 0))
+    tail_run, tail_step = _own(
+        node_of_run, steps, *expand(inside[1], np.maximum(after - inside[1], 0))
+    )
     last = runs.cells(np.arange(len(begin)), end - 1)
     sids = np.unique(runs.sids)
     rows = np.searchsorted(sids, runs.sids)
-    out = np.full((len(sids), len(at)), STALE)
-    out[rows[run], step] = values
-    out[rows[tail_run], tail_step] = last[tail_run]
+    out = np.full((len(sids), steps), STALE)
+    out[rows[run], step % steps] = values
+    out[rows[tail_run], tail_step % steps] = last[tail_run]
     found = ~stale(out).all(axis=1)  # a series none of the lookups finds is left out
-    return (sids, out) if found.all() else (sids[found], out[found])
+    if not found.all():
+        sids, out = sids[found], out[found]
+    node = np.searchsorted(bases, sids, side="right") - 1
+    return LookedUp(node, sids - bases[node], out)
+
+
+def _own(node_of_run: Ids, steps: int, run: Ids, step: Ids) -> tuple[Ids, Ids]:
+    """The (run, step) pairs whose step is one of the run's node's."""
+    own = node_of_run[run] == step // steps
+    return (run, step) if own.all() else (run[own], step[own])
 
 
 def _following(runs: Runs) -> Ids:

@@ -19,10 +19,12 @@ from collector.exposition.render import key_labels
 from collector.tsdb.axis import Axis, Grid
 from collector.tsdb.blocks import Ids, stale
 from collector.tsdb.labels import LabelIndex, Mask, Verdicts, decide
-from collector.tsdb.series import ABSENT, LabelSet, Lookup, Matcher
+from collector.tsdb.lookups import Windows
+from collector.tsdb.series import ABSENT, LabelSet, Matcher
 
 Found = tuple[Ids, NDArray[np.float64], NDArray[np.float64]]
 _NO_ROWS: NDArray[np.intp] = np.zeros(0, np.intp)
+_NO_IDS: Ids = np.zeros(0, np.int64)
 
 
 def _among(held: NDArray[np.int32], wanted: NDArray[np.int32]) -> NDArray[np.intp]:
@@ -180,16 +182,15 @@ class NodeSeries:
         grid[np.arange(len(sids)), cols] = values
         return sids, axis_times, grid
 
-    def looked_up(
-        self, want: Mask | None, start: float, end: float, lookup: Lookup
-    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.float64]] | None:
-        """The series ``want`` marks with points in ``[start, end]``, looked up: ids, and each
-        lookup's value (:data:`~collector.tsdb.series.STALE` for none); None where only the
-        window's points can tell (several axes, or a run with a gap)."""
+    def windows(self, want: Mask | None, start: float, end: float) -> Windows | None:
+        """What a lookup of the series ``want`` marks in ``[start, end]`` reads from their
+        runs (:mod:`collector.tsdb.lookups`); None where only the window's points can tell
+        (several axes, or a run with a gap)."""
         axes = self._holding(want)
         if len(axes) != 1:
-            return None if axes else (np.zeros(0, np.int64), np.zeros((0, len(lookup.at))))
-        return axes[0].looked_up(want, start, end, lookup)
+            return None if axes else Windows([], _NO_IDS, want, self.size)
+        found = axes[0].windows(want, start, end)
+        return None if found is None else Windows(*found, want, self.size)
 
     def found(self, want: Mask | None, start: float, end: float) -> Found | None:
         """Points of the series ``want`` marks in ``[start, end]``, all axes.
