@@ -4,9 +4,9 @@ quiet, and no huge pages for numpy arrays.
 glibc serves a block of 128 KiB or more with a mapping of its own and unmaps
 it on free, so every such block is fresh memory whose pages fault in on first
 touch (~3 GB/s here, against ~40 GB/s for memory reused from the heap). A
-range query at 1,000 nodes makes ~550 MB of short-lived arrays: 140,000 page
-faults, 200 ms of system time in a 600 ms query. Served from the heap, the
-next query reuses what the last one freed, and the same query takes 300 ms.
+range query at 1,000 nodes makes ~630 MB of short-lived arrays: 161,000 page
+faults, 250 ms of system time in a 570 ms query. Served from the heap, the
+next query reuses what the last one freed, and the same query takes 270 ms.
 
 So the mmap and trim thresholds are both pinned at :data:`THRESHOLD`: nearly
 every buffer comes from the heap, and what is freed stays there for the next
