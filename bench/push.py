@@ -287,7 +287,9 @@ def serve(nodes: int) -> None:
     from collector.app import build_app
     from collector.settings import CollectorSettings
     from core import logs
+    from core.malloc import set_policy
 
+    set_policy()  # the memory policy the collector's command sets
     sock = loopback_socket()
     print(sock.getsockname()[1], flush=True)
     logs.setup("text", "warning")

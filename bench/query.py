@@ -107,8 +107,7 @@ from bench.query_size import traced_bytes_per_point, walked_bytes
 from collector.app import STORE, build_app
 from collector.promql.query import instant_query, range_query
 from collector.settings import CollectorSettings
-from core import heap
-from core.malloc import set_policy
+from core import heap, malloc
 
 
 def _query_path(prefix: str, kind: str, now: float, step: float) -> str:
@@ -135,7 +134,7 @@ def run(
     """
     budget = budget or Budget()
     rounds = int(SPAN // step) + 1
-    set_policy()  # the memory policy the collector's command sets
+    malloc.set_policy()  # the memory policy the collector's command sets
     load_before = os.getloadavg()
     began = time.perf_counter()
     now = float(math.floor(time.time()))
@@ -188,6 +187,7 @@ def run(
             phase("prometheus_fill")
 
             heap.sweep()  # what the app's heap task does a minute after the fill
+            malloc.for_queries()  # what the app does while it evaluates queries
             peer_cpu = cpu_seconds(prometheus.process.pid)
             instant, answer = timed(lambda: instant_query(QUERY, now, history), budget)
             ours_instant = from_ours(answer, now)
@@ -199,6 +199,7 @@ def run(
                 for name, q in dashboard.INSTANT_GOALS.items()
             }
             written["prometheus_cpu_s_while_idle"] = cpu_seconds(prometheus.process.pid) - peer_cpu
+            malloc.queries_done()
             phase("in_process")
 
             ours_base = f"http://127.0.0.1:{port}"

@@ -251,8 +251,8 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
         app[TASKS].running("own series", record_own),
         # a collection inside a query would add its pause to the answer
         app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[PROMQL].idle)),
-        # the heap's free memory serves the next query; it goes back once they are quiet
-        app[TASKS].running("memory trimming", lambda: malloc.keep_trimmed(app[PROMQL].quiet)),
+        # what queries freed on the heap serves the next ones; it goes back once they are quiet
+        app[TASKS].running("query memory", lambda: malloc.keep_given_back(app[PROMQL].quiet)),
     ):
         yield
 

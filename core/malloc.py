@@ -1,21 +1,26 @@
-"""The process' memory policy: glibc's heap for large buffers, given back when queries are
-quiet, and no huge pages for numpy arrays.
+"""The process' memory policy: glibc's mmap threshold pinned, large buffers from the heap
+while queries run, and no huge pages for numpy arrays.
 
 glibc serves a block of 128 KiB or more with a mapping of its own and unmaps
-it on free, so every such block is fresh memory whose pages fault in on first
-touch (~3 GB/s here, against ~40 GB/s for memory reused from the heap). A
-range query at 1,000 nodes makes ~630 MB of short-lived arrays: 161,000 page
-faults, 250 ms of system time in a 570 ms query. Served from the heap, the
-next query reuses what the last one freed, and the same query takes 270 ms.
+it on free, but each such free raises that threshold to the freed size (up to
+32 MiB). After one oversized scrape body (a 4 MiB buffer) every later buffer
+under 4 MiB, page renders, pushes, history blocks, comes from the heap
+instead, which fragments and is not given back: the resident size steps up
+with each large body and stays there. Pinning the threshold (and the trim
+threshold with it) turns the adjustment off.
 
-So the mmap and trim thresholds are both pinned at :data:`THRESHOLD`: nearly
-every buffer comes from the heap, and what is freed stays there for the next
-one. Pinning also turns off glibc's own adjustment of the threshold, which
-raised it to the size of each large buffer freed and left the resident size
-stepping up with every large scrape body. What the heap holds free goes back
-to the system in one ``malloc_trim`` once queries have been quiet a while
-(:func:`keep_trimmed`), and every minute while none come. Written by hand:
-``mallopt`` and ``malloc_trim`` calls, which no library wraps.
+Queries are the exception. A mapping of its own is fresh memory whose pages
+fault in on first touch (~3 GB/s here, against ~40 GB/s for memory reused
+from the heap), and a range query at 1,000 nodes makes ~630 MB of short-lived
+arrays: 161,000 page faults, 250 ms of system time in a 570 ms query. So
+while queries run (:func:`for_queries`) large buffers come from the heap and
+what is freed stays there: the next query reuses it, and the same query takes
+270 ms. Once they are quiet a while, the heap's free memory goes back to the
+system (:func:`keep_given_back`). Outside queries nothing changes: with the
+heap kept for every buffer instead, a 12-minute soak's RSS rose 8 MiB where
+it had risen 3.
+
+Written by hand: ``mallopt`` and ``malloc_trim`` calls, which no library wraps.
 """
 
 from __future__ import annotations
@@ -32,13 +37,19 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 """``mallopt`` parameter numbers, from glibc's malloc.h."""
 
-THRESHOLD = 512 << 20
-"""Buffers under it come from the heap: above the largest array a query makes at 1,000 nodes
-(a 46 MB series x steps matrix; 300 MB for a raw-series panel at 15 s)."""
+THRESHOLD = 128 * 1024
+"""glibc's own starting mmap and trim thresholds, kept outside queries."""
+
+QUERY_THRESHOLD = 512 << 20
+"""Buffers under it come from the heap while queries run: above the largest array a query
+makes at 1,000 nodes (a 46 MB series x steps matrix; 300 MB for a raw-series panel at 15 s)."""
 
 QUIET = 120.0
 """Seconds without a query before the heap's free memory goes back to the system: a dashboard
 refreshing every minute keeps its queries' memory warm."""
+
+_held = False
+"""Whether the heap keeps what queries freed (its trim threshold is raised)."""
 
 
 @functools.cache
@@ -59,31 +70,48 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
-def pin_thresholds(threshold: int = THRESHOLD) -> bool:
-    """Fix glibc's mmap and trim thresholds at ``threshold`` bytes; False where there is no glibc."""
+def pin_thresholds(mmap: int = THRESHOLD, trim: int = THRESHOLD) -> bool:
+    """Fix glibc's mmap and trim thresholds (bytes); False where there is no glibc."""
     libc = _glibc()
     if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold)) and bool(
-        libc.mallopt(M_TRIM_THRESHOLD, threshold)
-    )
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap)) and bool(libc.mallopt(M_TRIM_THRESHOLD, trim))
 
 
-def trim() -> bool:
-    """Give the free memory of every heap back to the system; whether any went back."""
+def for_queries() -> None:
+    """Queries began: large buffers from the heap, and what is freed kept there."""
+    global _held
+    _held = pin_thresholds(QUERY_THRESHOLD, QUERY_THRESHOLD)
+
+
+def queries_done() -> None:
+    """The last query ended: large buffers mapped again; what the queries freed stays on the
+    heap for the next ones until :func:`give_back`."""
+    pin_thresholds(THRESHOLD, QUERY_THRESHOLD if _held else THRESHOLD)
+
+
+def give_back() -> bool:
+    """Give the heap's free memory back to the system and trim it as glibc does again; whether
+    the queries had left any there."""
+    global _held
     libc = _glibc()
-    return libc is not None and bool(libc.malloc_trim(0))
+    if libc is None or not _held:
+        return False
+    libc.malloc_trim(0)
+    pin_thresholds()
+    _held = False
+    return True
 
 
-async def keep_trimmed(
+async def keep_given_back(
     quiet: Callable[[], float], every: float = 60.0, after: float = QUIET
 ) -> None:
-    """Every ``every`` seconds, :func:`trim` if ``quiet()`` (seconds without a query) is ``after``
-    or more."""
+    """Every ``every`` seconds, :func:`give_back` if ``quiet()`` (seconds without a query) is
+    ``after`` or more."""
     while True:
         await asyncio.sleep(every)
         if quiet() >= after:
-            trim()
+            give_back()
 
 
 def small_pages() -> bool:

@@ -1,4 +1,5 @@
-"""Large buffers are reused from glibc's heap without page faults, and go back when trimmed."""
+"""Outside queries a freed large buffer leaves nothing resident; while queries run, large buffers
+are reused from glibc's heap without page faults, and go back when given back."""
 
 from __future__ import annotations
 
@@ -12,9 +13,46 @@ from helpers import eventually, holds
 from core import malloc
 
 # Run in a child: the test process' own allocator state is not ours to change.
-_CHILD = """
+_OUTSIDE = """
+import sys
+from core.malloc import pin_thresholds
+
+def rss_kib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+
+pinned = pin_thresholds() if sys.argv[1] == "pin" else False
+big = bytearray(4 << 20)  # an oversized scrape body, gone at once
+big[-1] = 1
+del big
+before = rss_kib()
+buffer = bytearray(2 << 20)  # a later, smaller one: a page render, a push
+buffer[::4096] = b"x" * len(buffer[::4096])
+del buffer
+print(pinned, rss_kib() - before)
+"""
+
+
+def _after_free(mode: str) -> tuple[str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", _OUTSIDE, mode], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return out[0], int(out[1])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc is a Linux libc")
+def test_outside_queries_a_buffer_freed_after_a_large_one_is_given_back() -> None:
+    pinned, kept = _after_free("pin")
+    if pinned != "True":
+        pytest.skip("no glibc here")
+    assert kept < 512, f"{kept} KiB of a freed 2 MiB buffer stayed resident"
+    _, unpinned = _after_free("default")
+    assert unpinned >= 1024, "glibc's own threshold moved up: this test shows nothing"
+
+
+_QUERIES = """
 import resource, sys
-from core.malloc import pin_thresholds, trim
+from core import malloc
 
 def rss_kib():
     with open("/proc/self/status") as status:
@@ -23,36 +61,41 @@ def rss_kib():
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
-pinned = pin_thresholds() if sys.argv[1] == "pin" else False
+malloc.set_policy()
+if sys.argv[1] == "queries":
+    malloc.for_queries()
 size = 64 << 20  # a query's series x steps matrix at cluster scale
 first = bytearray(size)  # zero-filled: every page touched
 del first
+malloc.queries_done()
+malloc.for_queries()  # the next query
 before = faults()
-second = bytearray(size)  # the next query's
+second = bytearray(size)
 faulted = faults() - before
 del second
+malloc.queries_done()
 held = rss_kib()
-trimmed = trim()
-print(pinned, faulted, size // 4096, held - rss_kib(), trimmed)
+given = malloc.give_back()
+print(given, faulted, size // 4096, held - rss_kib())
 """
 
 
-def _child(mode: str) -> tuple[str, int, int, int]:
+def _queries(mode: str) -> tuple[str, int, int, int]:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _QUERIES, mode], capture_output=True, text=True, check=True
     ).stdout.split()
     return out[0], int(out[1]), int(out[2]), int(out[3])
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc is a Linux libc")
-def test_a_large_buffer_reuses_a_freed_one_s_pages_which_a_trim_gives_back() -> None:
-    pinned, faulted, pages, given_back = _child("pin")
-    if pinned != "True":
+def test_a_query_reuses_the_last_one_s_pages_which_go_back_once_given_back() -> None:
+    given, faulted, pages, freed = _queries("queries")
+    if given != "True":
         pytest.skip("no glibc here")
     assert faulted < pages // 10, f"{faulted} of {pages} pages faulted in again"
-    assert given_back >= 48 << 10, f"the trim gave back {given_back} KiB of a freed 64 MiB"
-    _, unpinned, _, _ = _child("default")
-    assert unpinned >= pages // 2, "glibc reused the pages by itself: this test shows nothing"
+    assert freed >= 48 << 10, f"giving back freed {freed} KiB of a freed 64 MiB"
+    _, unheld, _, _ = _queries("outside")
+    assert unheld >= pages // 2, "pages reused outside queries: this test shows nothing"
 
 
 async def test_memory_goes_back_only_once_queries_are_quiet(
@@ -70,8 +113,8 @@ async def test_memory_goes_back_only_once_queries_are_quiet(
         trims.append(quiet[0])
         return True
 
-    monkeypatch.setattr(malloc, "trim", trim)
-    task = asyncio.create_task(malloc.keep_trimmed(quiet_for, every=0.001))
+    monkeypatch.setattr(malloc, "give_back", trim)
+    task = asyncio.create_task(malloc.keep_given_back(quiet_for, every=0.001))
     try:
         await eventually(lambda: holds(len(asked) >= 3), 5, "three ticks while queries came")
         assert trims == []

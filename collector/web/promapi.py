@@ -37,6 +37,7 @@ from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
 from collector.web.promjson import matrix_body
+from core import malloc
 
 PREFIX = "/prometheus/api/v1"
 _STATUS = {
@@ -190,6 +191,8 @@ class PrometheusAPI:
                 await self._slots.acquire()
         except TimeoutError:
             raise QueryError("timeout", "query timed out in query queue") from None
+        if not self.evaluating:
+            malloc.for_queries()
         self.evaluating += 1
         self.idle.clear()
         try:
@@ -216,6 +219,7 @@ class PrometheusAPI:
         if not self.evaluating:
             self.idle.set()
             self._last = time.monotonic()
+            malloc.queries_done()
         self._slots.release()
 
     def quiet(self) -> float:
