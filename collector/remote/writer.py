@@ -137,10 +137,8 @@ async def remote_writing(
             await stack.enter_async_context(tasks.running("remote write metadata", meta))
             yield writer
             writer.own(metrics, time.time())
-            try:
-                async with asyncio.timeout(
-                    config.flush_timeout
-                ):  # 3.11 wait_for can swallow a cancel
+            try:  # asyncio.timeout: 3.11 wait_for can swallow a cancel
+                async with asyncio.timeout(config.flush_timeout):
                     await writer.drained()
             except TimeoutError:
                 left = sum(d.pending() for d in destinations)

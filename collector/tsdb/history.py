@@ -151,41 +151,13 @@ class History:
         start = max(start, float(np.nextafter(self._floor, math.inf)))
         wanted: Iterable[tuple[NodeSeries, Mask | None]] = self._wanted(matchers)
         if lookup is not None and not newest:
-            wanted = yield from self._looked_up(wanted, start, end, lookup)
+            wanted = yield from _looked_up(wanted, start, end, lookup)
         for state, want in wanted:
             read = state.newest if newest else state.grid
             grid = read(want, start, end)
             if grid is not None:
                 ids, times, values = grid
                 yield Columns(times, state.label_sets(ids), values)
-
-    def _looked_up(
-        self,
-        wanted: Iterable[tuple[NodeSeries, Mask | None]],
-        start: float,
-        end: float,
-        lookup: Lookup,
-    ) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
-        """The wanted series looked up from their runs, many nodes at once (one group each
-        :data:`LOOKUP_IDS`); returns the nodes whose runs cannot tell
-        (:meth:`NodeSeries.windows`), to be read as windows."""
-        rest: list[tuple[NodeSeries, Mask | None]] = []
-        states: list[NodeSeries] = []
-        reads: list[Windows] = []
-        held = 0
-        for state, want in wanted:
-            windows = state.windows(want, start, end)
-            if windows is None:
-                rest.append((state, want))
-            elif windows.segments:
-                states.append(state)
-                reads.append(windows)
-                held += windows.size
-                if held >= LOOKUP_IDS:
-                    yield from _looked_up(states, reads, lookup)
-                    states, reads, held = [], [], 0
-        yield from _looked_up(states, reads, lookup)
-        return rest
 
     def label_names(self, matchers: Sequence[Matcher], start: float, end: float) -> set[str]:
         """Label names of the matching series with points in the window."""
@@ -233,7 +205,35 @@ class History:
                 yield state, None if want is True else want
 
 
-def _looked_up(states: list[NodeSeries], reads: list[Windows], lookup: Lookup) -> Iterator[Columns]:
+def _looked_up(
+    wanted: Iterable[tuple[NodeSeries, Mask | None]],
+    start: float,
+    end: float,
+    lookup: Lookup,
+) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
+    """The wanted series looked up from their runs, many nodes at once (one group each
+    :data:`LOOKUP_IDS`); returns the nodes whose runs cannot tell
+    (:meth:`NodeSeries.windows`), to be read as windows."""
+    rest: list[tuple[NodeSeries, Mask | None]] = []
+    states: list[NodeSeries] = []
+    reads: list[Windows] = []
+    held = 0
+    for state, want in wanted:
+        windows = state.windows(want, start, end)
+        if windows is None:
+            rest.append((state, want))
+        elif windows.segments:
+            states.append(state)
+            reads.append(windows)
+            held += windows.size
+            if held >= LOOKUP_IDS:
+                yield from _group(states, reads, lookup)
+                states, reads, held = [], [], 0
+    yield from _group(states, reads, lookup)
+    return rest
+
+
+def _group(states: list[NodeSeries], reads: list[Windows], lookup: Lookup) -> Iterator[Columns]:
     """The group of the series ``reads`` find (none if they find none)."""
     if not reads:
         return
