@@ -243,7 +243,7 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
 
     async def record_own() -> None:
         while True:
-            own.record(time.time())
+            await own.record(time.time())
             await asyncio.sleep(interval)
 
     async with (

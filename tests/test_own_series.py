@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from collector.exposition.parse import parse
 from collector.exposition.render import series_key
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
-from collector.selfmetrics import SelfMetrics
+from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.store import Store
 
 
@@ -97,3 +98,30 @@ def test_own_series_are_the_page_s_own_lines_by_node() -> None:
         expected.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
     assert metrics.series() == expected
     assert {"", "n1", "n2", "n3"} <= expected.keys()
+
+
+async def test_recording_many_nodes_own_series_lets_other_tasks_run() -> None:
+    """Thousands of nodes' own series are recorded in turns: a push arriving meanwhile is not held up."""
+    store = Store(stale_after=60)
+    metrics = SelfMetrics(store)
+    nodes = [f"n{i:04d}" for i in range(1200)]
+    for node in nodes:
+        metrics.pushed(Source(f"agent/{node}", node, node, SourceKind.AGENT, 0), Batch({}), 0, 1.0)
+    own = SelfHistory(metrics, store.history)
+    seen_by_other_task: list[int] = []
+
+    async def other_task() -> None:
+        while True:
+            seen_by_other_task.append(store.history.series)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    await own.record(1_700_000_000.0)
+    task.cancel()
+    every = store.history.series
+    assert every >= len(nodes), "every node's own series recorded"
+    during = sorted({n for n in seen_by_other_task if 0 < n < every})
+    assert len(during) >= 3, (
+        f"the other task ran only with {seen_by_other_task[:10]} series recorded"
+    )

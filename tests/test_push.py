@@ -26,7 +26,7 @@ from collector.demo.node import SimulatedNode
 from collector.exposition.parse import parse, parse_series
 from collector.schema import VGPU_FAMILIES, SourceKind
 from collector.sources.pods import PodRef, StaticDirectory
-from collector.sources.push import to_batch
+from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Card, Device, Payload, Region
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
@@ -124,6 +124,32 @@ def test_a_push_batch_counts_as_a_scrape_does() -> None:
     assert batch.samples == len(batch.series) + batch.dropped
     assert batch.duplicates == 0
     assert all(key.endswith(b',zone="vGPU"}') for key in batch.series)
+
+
+def test_a_node_s_next_push_takes_its_new_values_and_repeated_vgpus_count_once() -> None:
+    """Keys are kept from push to push, values never; a vGPU two regions name is one series."""
+    pod = PodRef("uid-a", "team-a", "pod-a", "n1", {})
+    pods = StaticDirectory({"uid-a": pod}, {})
+    keys = SeriesKeys()
+
+    def push(used: int, regions: int) -> dict[bytes, float]:
+        device = Device(index=0, uuid="GPU-a", memory_used=used, memory_limit=10)
+        region = Region(pod_uid="uid-a", container="main", devices=[device], last_kernel_time=990)
+        payload = Payload(
+            node="n1", agent="x", sequence=used, time=1000.0, nvml=True, regions=[region] * regions
+        )
+        batch, _ = to_batch(payload, pods, keys)
+        assert batch.duplicates == (regions - 1) * len(VGPU_FAMILIES)
+        assert len(batch.series) == len(VGPU_FAMILIES)
+        return dict(batch.series.items())
+
+    used = (
+        b'hami_vgpu_memory_used_bytes{container="main",device_uuid="GPU-a",namespace="team-a",'
+        b'pod="pod-a",vdevice_index="0",zone="vGPU"}'
+    )
+    assert [push(n, 1)[used] for n in (5, 6, 7)] == [5.0, 6.0, 7.0]
+    assert push(8, 2)[used] == 8.0
+    assert push(9, 1)[used] == 9.0
 
 
 Pushing = tuple[str, SimulatedNode, Path, web.Application]
