@@ -5,10 +5,11 @@ One envelope for every answer (``{"status": "success", "data": ...}`` or
 codes: 400 bad_data, 422 execution, 503 timeout, 404 not_found. Every query
 reads the history, which the store feeds on each change.
 
-A PromQL query is planned and reads the history on the event loop (one
-consistent view, never read while the loop changes it), then is evaluated on
-copies in a worker thread, so ``/metrics`` and pushes are served meanwhile. At
-most ``max_concurrency`` queries run at once; the rest wait, within their timeout.
+A PromQL query is planned and evaluated in a worker thread; its reads of the
+history are made on the event loop (never while the loop changes it), a few
+milliseconds at a time (:mod:`collector.promql.onloop`), so pushes, scrapes and
+``/metrics`` are served between them. At most ``max_concurrency`` queries run
+at once; the rest wait, within their timeout.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from multidict import MultiDict, MultiMapping
 from collector import __version__, schema
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
+from collector.promql.onloop import LoopReader
 from collector.promql.plan import selector_matchers
 from collector.promql.query import Prepared, prepare_instant, prepare_range
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
 from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
-from collector.tsdb.series import Matcher
+from collector.tsdb.series import Matcher, Queryable
 from collector.web.promjson import matrix_body
 from core import malloc
 
@@ -144,10 +146,8 @@ class PrometheusAPI:
         query = params.required("query")
         timeout = self._query_timeout(params)
 
-        def prepare(remaining: float) -> Prepared:
-            return prepare_instant(
-                query, at, self._history, self._lookback, remaining, self._max_samples
-            )
+        def prepare(storage: Queryable, remaining: float) -> Prepared:
+            return prepare_instant(query, at, storage, self._lookback, remaining, self._max_samples)
 
         return await self._evaluate(prepare, timeout, lambda p: _result(p.result_type, p.run(), at))
 
@@ -159,9 +159,9 @@ class PrometheusAPI:
         query = params.required("query")
         timeout = self._query_timeout(params)
 
-        def prepare(remaining: float) -> Prepared:
+        def prepare(storage: Queryable, remaining: float) -> Prepared:
             return prepare_range(
-                query, start, end, step, self._history, self._lookback, remaining, self._max_samples
+                query, start, end, step, storage, self._lookback, remaining, self._max_samples
             )
 
         return await self._evaluate(prepare, timeout, lambda p: matrix_body(p.columns()))
@@ -174,11 +174,12 @@ class PrometheusAPI:
 
     async def _evaluate(
         self,
-        prepare: Callable[[float], Prepared],
+        prepare: Callable[[Queryable, float], Prepared],
         allowed: float,
         answer: Callable[[Prepared], Any],
     ) -> Any:
-        """Wait for a slot, read on the loop, evaluate and shape the answer in a worker thread.
+        """Wait for a slot, then plan, read, evaluate and shape the answer in a worker thread;
+        its reads are made on the loop, in slices (:mod:`collector.promql.onloop`).
 
         The slot is held until the thread is done, even if the client goes
         away (the query is then canceled at its next check).
@@ -195,17 +196,25 @@ class PrometheusAPI:
             malloc.for_queries()
         self.evaluating += 1
         self.idle.clear()
-        try:
-            prepared = prepare(max(0.0, allowed - (time.monotonic() - began)))
-        except BaseException:
-            self._release()
-            raise
-        work = asyncio.ensure_future(asyncio.to_thread(answer, prepared))
+        remaining = max(0.0, allowed - (time.monotonic() - began))
+        reader = LoopReader(self._history, asyncio.get_running_loop())
+        made: list[Prepared] = []
+
+        def run() -> Any:
+            prepared = prepare(reader, remaining)
+            made.append(prepared)
+            if reader.canceled:  # canceled after its last read: the canceller may not see it
+                prepared.cancel()
+            return answer(prepared)
+
+        work = asyncio.ensure_future(asyncio.to_thread(run))
         work.add_done_callback(self._finished)
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
-            prepared.cancel()
+            reader.cancel()
+            for prepared in made:
+                prepared.cancel()
             raise
 
     def _finished(self, work: asyncio.Future[Any]) -> None:

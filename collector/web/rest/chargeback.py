@@ -28,6 +28,7 @@ from typing import cast
 from aiohttp import web
 from multidict import MultiMapping
 
+from collector.promql.onloop import LoopReader
 from collector.promql.query import MAX_POINTS_PER_SERIES, prepare_range
 from collector.promql.values import QueryError, RangeSeries
 from collector.tsdb.history import History
@@ -115,26 +116,29 @@ class Chargeback:
         return Window(first, max(first, last), step, (start, end))
 
     async def report(self, by: str, window: Window) -> UsageReport:
-        """Every measure per group over ``window``, evaluated off the event loop."""
+        """Every measure per group over ``window``, planned and evaluated in a worker thread
+        (its reads made on the loop, in slices: :mod:`collector.promql.onloop`)."""
         labels = GROUPS[by]
-        prepared = []
-        try:
-            for expr in MEASURES.values():
-                prepared.append(
-                    prepare_range(
-                        expr.format(by=", ".join(labels)),
-                        window.first,
-                        window.last,
-                        window.step,
-                        self._history,
-                        self._lookback,
-                        self._timeout,
-                        self._max_samples,
-                    )
-                )
-            results = await asyncio.to_thread(
-                lambda: [cast(list[RangeSeries], p.run()) for p in prepared]  # range: a Matrix
+        reader = LoopReader(self._history, asyncio.get_running_loop())
+
+        def measure(expr: str) -> list[RangeSeries]:
+            prepared = prepare_range(
+                expr.format(by=", ".join(labels)),
+                window.first,
+                window.last,
+                window.step,
+                reader,
+                self._lookback,
+                self._timeout,
+                self._max_samples,
             )
+            return cast(list[RangeSeries], prepared.run())  # range: a Matrix
+
+        try:
+            results = await asyncio.to_thread(lambda: [measure(e) for e in MEASURES.values()])
+        except asyncio.CancelledError:
+            reader.cancel()  # the client went away: the thread reads no more
+            raise
         except QueryError as exc:
             # Prometheus' answers to the same limits: 503 past --query-timeout,
             # 422 past --query-max-samples.
