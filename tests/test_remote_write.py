@@ -196,11 +196,20 @@ async def test_a_receiver_outage_loses_nothing_within_the_bound(
                 promql = f"sum({window})"
                 theirs_api, ours_api = f"{base}/api/v1/query", f"{ours}/prometheus/api/v1/query"
 
+                answers: list[Any] = []
+
                 async def caught_up() -> bool:
                     theirs = await query(http, theirs_api, promql, ended)
-                    return theirs == await query(http, ours_api, promql, ended)
+                    answers[:] = [theirs, await query(http, ours_api, promql, ended)]
+                    return bool(answers[0] == answers[1])
 
-                await eventually(caught_up, 30, "the receiver to hold every queued sample")
+                what = "the receiver to hold every queued sample"
+                try:
+                    await eventually(caught_up, 30, what)
+                except AssertionError:
+                    raise AssertionError(
+                        f"{what}: theirs, ours {answers}, {stats.totals}"
+                    ) from None
                 assert stats.totals["dropped"] == 0
                 (points,) = (await query(http, ours_api, promql, ended)).values()
                 assert points > 3 * outage / 0.25, "samples of the outage"
