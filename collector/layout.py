@@ -277,18 +277,22 @@ def _outputs(
 ) -> tuple[dict[bytes, Slot], tuple[int, int, int, int], list[float]]:
     """Each key's slot, the counts (samples, duplicates, conflicts, dropped) and the constants.
 
-    Lines of one canonical series each come first, then the others in body order.
-    A memory line known by its shape is one with no other line of its text.
+    Lines of one canonical series each come first, then the others in the body
+    order of their last line: two lines with one entry (one text, or the same
+    sizes) count as the later one, so the last line of a key, and the last
+    size copied to a key no line has of its own, win whatever entries the lines
+    got. A memory line known by its shape is one with no other line of its text.
     """
     lines = len(entries)
     ident = [(t,) if e.__class__ is Sized else e for t, e in zip(series, entries, strict=True)]
     last = dict(zip(ident, range(lines), strict=True))
     out: dict[bytes, Slot] = {e: i for e, i in last.items() if e.__class__ is bytes}
+    own = set(out)
     dropped = list(entries).count(DROP)
     duplicates = lines - len(last) - max(dropped - 1, 0)
     conflicts = 0
     consts: list[float] = []
-    for i in (i for e, i in last.items() if e.__class__ is not bytes):
+    for i in sorted(i for e, i in last.items() if e.__class__ is not bytes):
         entry = entries[i]
         outputs: list[tuple[bytes, Slot | None]]
         if isinstance(entry, Sized):
@@ -306,8 +310,9 @@ def _outputs(
             if source is None:  # the line's own value
                 duplicates += key in out
                 out[key] = i
-            else:
-                out.setdefault(key, source)  # a series of its own beats a label's copy
+                own.add(key)
+            elif key not in own:  # a series of its own beats a label's copy
+                out[key] = source
     return out, (lines, duplicates, conflicts, dropped), consts
 
 

@@ -283,6 +283,26 @@ def _outcome(normaliser: Normaliser, body: bytes) -> tuple[object, ...]:
     return dict(batch.series), counts
 
 
+def test_the_last_line_of_a_container_wins_whichever_lines_share_their_sizes() -> None:
+    """Found by the property below: three lines of one container, the first and last with
+    the same sizes (``offset`` has no series), after a body that knew two of their texts."""
+
+    def line(size: int, offset: int, value: int, pod: bytes = b"b") -> bytes:
+        text = _MEMORY % (size, pod, size, 7, pod, value)
+        return text.replace(b'offset="0"', b'offset="%d"' % offset)
+
+    first = line(0, 0, 0, b"a") * 5 + line(0, 0, 0) + line(1, 0, 0)
+    body = line(0, 0, 0, b"a") * 3 + line(1, 4, 0) + line(0, 0, 1) + line(1, 0, 0)
+    warm = Normaliser("x")
+    warm.normalise(first)
+    got, fresh = warm.normalise(body), Normaliser("x").normalise(body)
+    assert dict(got.series) == dict(fresh.series)
+    rest = b'{container="b",device_uuid="G",namespace="n",pod="b",vdevice_index="0"}'
+    assert got.series[b"hami_container_device_memory_bytes" + rest] == 0, "the last line's value"
+    assert got.series[b"hami_vgpu_memory_context_bytes" + rest] == 1, "the last line's sizes"
+    assert got.series[b"hami_vgpu_memory_buffer_bytes" + rest] == 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(_LINE, max_size=8), min_size=1, max_size=6))
 def test_a_warm_normaliser_gives_what_a_fresh_one_gives(bodies: list[list[bytes]]) -> None:
