@@ -36,22 +36,17 @@ _T = TypeVar("_T")
 class LoopReader:
     """A :class:`Queryable` for worker threads over one on the loop (one reader per query).
 
-    :meth:`cancel` makes the next slice fail with ``QueryError("canceled")``.
+    :meth:`cancel` (``canceled``) makes the next slice fail with ``QueryError("canceled")``.
     """
 
     def __init__(self, storage: Queryable, loop: asyncio.AbstractEventLoop) -> None:
         self._storage = storage
         self._loop = loop
-        self._canceled = False
+        self.canceled = False
 
     def cancel(self) -> None:
         """Stop reading: the query's client went away."""
-        self._canceled = True
-
-    @property
-    def canceled(self) -> bool:
-        """Whether :meth:`cancel` was called."""
-        return self._canceled
+        self.canceled = True
 
     def select(
         self,
@@ -82,7 +77,7 @@ class LoopReader:
 
     def _on_loop(self, read: Callable[[], _T]) -> _T:
         """Run ``read`` on the loop and return its result here (at once if called on the loop)."""
-        if self._canceled:
+        if self.canceled:
             raise QueryError("canceled", "query was canceled while reading")
         try:
             on_loop = asyncio.get_running_loop() is self._loop
