@@ -6,6 +6,7 @@ import math
 from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -426,6 +427,12 @@ def test_an_instant_lookup_of_the_newest_points_finds_what_reading_every_point_f
     assert lookups(history, times) == lookups(EveryPoint(history), times)
 
 
+def elements(vector: Any) -> list[tuple[Any, ...]]:
+    """An instant query's answer in label order (an aggregation's follows its rows), NaN
+    equal to NaN."""
+    return sorted((sorted(e.labels.items()), repr(e.value)) for e in vector)
+
+
 def by_step(matrix: Any) -> dict[float, list[tuple[Any, ...]]]:
     """A range query's answer as the instant answers at each of its steps."""
     out: dict[float, list[tuple[Any, ...]]] = {}
@@ -519,6 +526,50 @@ def test_lookups_of_many_nodes_find_what_each_node_s_points_find(
         {f"n{i}": (first, offset) for i, (first, offset) in enumerate(nodes)}, steps
     )
     assert_lookups_agree(history, 1000.0, end + lookback, every, lookback)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=one_source,
+    nodes=st.lists(st.tuples(st.integers(0, 60), st.floats(0, 14.9)), min_size=2, max_size=5),
+    lookback=st.sampled_from((10.0, 300.0)),
+    group=st.sampled_from((1, 6, 10_000)),
+    probes=st.lists(st.floats(-400, 30), min_size=1, max_size=4),
+    trimmed=st.booleans(),
+)
+def test_instant_lookups_of_many_nodes_at_once_find_what_each_node_s_points_find(
+    steps: list[tuple[float, frozenset[bytes], dict[bytes, float], bool, bool]],
+    nodes: list[tuple[int, float]],
+    lookback: float,
+    group: int,
+    probes: list[float],
+    trimmed: bool,
+) -> None:
+    """An instant selector reads many nodes' newest points at once (groups of ``group``
+    points): series that passed elsewhere unmarked, sources that went, nodes that started
+    later; times before a node's newest point (read node by node instead); an ``@`` time
+    looked up at every step of a range query; points hidden by the retention within the
+    lookback."""
+    history, end = one_source_history(
+        {f"n{i}": (first, offset) for i, (first, offset) in enumerate(nodes)}, steps
+    )
+    if trimmed:
+        history.retention = lookback / 2
+        history.trim(end)
+    queries = ("m", 'm{ns="a"}', "sum by (node) (m)", f"m @ {end - 2:.3f}")
+    # the edges of the first node's lookback: after its last batch, or its source's going
+    edges = [
+        end - gone - nodes[0][1] + lookback + e / 1000 for gone in (0, 0.5) for e in (-1, 0, 1)
+    ]
+    with patch("collector.tsdb.history.LOOKUP_IDS", group):
+        for t in [end + d for d in probes] + edges:
+            for query in queries:
+                got = instant_query(query, t, history, lookback=lookback)
+                want = instant_query(query, t, EveryPoint(history), lookback=lookback)
+                assert elements(got) == elements(want), (query, t)
+            got = range_query(queries[-1], t - 30, t, 10, history, lookback=lookback)
+            want = range_query(queries[-1], t - 30, t, 10, EveryPoint(history), lookback=lookback)
+            assert by_step(got) == by_step(want), t
 
 
 def one_source_history(

@@ -6,9 +6,9 @@
 Why it also keeps its latest batch's values, and the newest point of each
 series that left its batches lately (:mod:`collector.tsdb.ends`): an instant
 query at "now" needs only each series' newest point, and Grafana asks it of
-every node on every refresh. Reading it from those arrays costs a few numpy
-calls per node, where decoding the lookback window out of the blocks costs
-one per block and series run.
+every node on every refresh. Those arrays of many nodes are read at once
+(:mod:`collector.tsdb.latest`), where decoding the lookback window out of the
+blocks costs numpy calls per block and series run.
 """
 
 from __future__ import annotations

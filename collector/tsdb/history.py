@@ -32,7 +32,8 @@ import numpy as np
 
 from collector.tsdb.axis import Axis
 from collector.tsdb.labels import Mask, Verdicts
-from collector.tsdb.lookups import Windows, looked_up
+from collector.tsdb.latest import Latest, latest
+from collector.tsdb.lookups import LookedUp, Windows, looked_up
 from collector.tsdb.nodes import Found, NodeSeries
 from collector.tsdb.series import Columns, LabelSet, Lookup, Matcher
 
@@ -146,12 +147,14 @@ class History:
         only looks up each series' newest point at or before a millisecond
         before ``end`` (an instant selector), so a node may give just those.
         ``lookup``: a node of one axis answers with the lookups made, from its
+        newest points (:mod:`collector.tsdb.latest`) if ``newest``, else from its
         runs (:mod:`collector.tsdb.lookups`).
         """
         start = max(start, float(np.nextafter(self._floor, math.inf)))
         wanted: Iterable[tuple[NodeSeries, Mask | None]] = self._wanted(matchers)
-        if lookup is not None and not newest:
-            wanted = yield from _looked_up(wanted, start, end, lookup)
+        if lookup is not None:
+            many = _latest if newest else _looked_up
+            wanted = yield from many(wanted, start, end, lookup)
         for state, want in wanted:
             read = state.newest if newest else state.grid
             grid = read(want, start, end)
@@ -227,17 +230,45 @@ def _looked_up(
             reads.append(windows)
             held += windows.size
             if held >= LOOKUP_IDS:
-                yield from _group(states, reads, lookup)
+                yield from _group(states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup)
                 states, reads, held = [], [], 0
-    yield from _group(states, reads, lookup)
+    if reads:
+        yield from _group(states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup)
     return rest
 
 
-def _group(states: list[NodeSeries], reads: list[Windows], lookup: Lookup) -> Iterator[Columns]:
-    """The group of the series ``reads`` find (none if they find none)."""
-    if not reads:
-        return
-    found = looked_up(reads, lookup.at, lookup.lookback_ms)
+def _latest(
+    wanted: Iterable[tuple[NodeSeries, Mask | None]],
+    start: float,
+    end: float,
+    lookup: Lookup,
+) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
+    """The wanted series looked up at one time (an instant selector) from their newest
+    points, many nodes at once; returns the nodes whose newest points cannot tell
+    (:meth:`NodeSeries.latest`), to be read node by node."""
+    at_ms, lookback, steps = int(lookup.at[-1]), lookup.lookback_ms, len(lookup.at)
+    rest: list[tuple[NodeSeries, Mask | None]] = []
+    states: list[NodeSeries] = []
+    parts: list[Latest] = []
+    held = 0
+    for state, want in wanted:
+        part = state.latest(want, start, at_ms)
+        if part is None:
+            rest.append((state, want))
+            continue
+        states.append(state)
+        parts.append(part)
+        held += part.points
+        if held >= LOOKUP_IDS:
+            yield from _group(states, latest(parts, at_ms, lookback, steps), lookup)
+            states, parts, held = [], [], 0
+    if parts:
+        yield from _group(states, latest(parts, at_ms, lookback, steps), lookup)
+    return rest
+
+
+def _group(states: list[NodeSeries], found: LookedUp, lookup: Lookup) -> Iterator[Columns]:
+    """The group of the series a lookup of ``states`` found (none if it found none)."""
     if not len(found.sids):
         return
     bounds = np.flatnonzero(np.diff(found.nodes)) + 1

@@ -50,8 +50,8 @@ class Windows:
 
 @dataclass(frozen=True, slots=True)
 class LookedUp:
-    """What the lookups found: per series (grouped by node), its node (an index into the
-    nodes looked up), its id there, and its value at each reference time (:data:`STALE`
+    """What the lookups found: per series (a node's mostly side by side), its node (an index
+    into the nodes looked up), its id there, and its value at each reference time (:data:`STALE`
     for none)."""
 
     nodes: Ids

@@ -19,6 +19,7 @@ from collector.exposition.render import key_labels
 from collector.tsdb.axis import Axis, Grid
 from collector.tsdb.blocks import Ids, stale
 from collector.tsdb.labels import LabelIndex, Mask, Verdicts, decide
+from collector.tsdb.latest import Latest
 from collector.tsdb.lookups import Windows
 from collector.tsdb.series import ABSENT, LabelSet, Matcher
 
@@ -181,6 +182,18 @@ class NodeSeries:
         grid = np.full((len(sids), len(axis_times)), ABSENT)
         grid[np.arange(len(sids)), cols] = values
         return sids, axis_times, grid
+
+    def latest(self, want: Mask | None, start: float, at_ms: int) -> Latest | None:
+        """What a lookup at ``at_ms`` of the series ``want`` marks reads from their newest
+        points (:mod:`collector.tsdb.latest`); None where they cannot tell (not one axis,
+        a point after ``at_ms``, or ends forgotten since ``start``): see :meth:`newest`."""
+        axes = self._holding(want)
+        if len(axes) != 1:
+            return None
+        axis = axes[0]
+        if round(axis.last * 1000) > at_ms or not axis.remembers(start):
+            return None
+        return Latest(axis, want, self.size)
 
     def windows(self, want: Mask | None, start: float, end: float) -> Windows | None:
         """What a lookup of the series ``want`` marks in ``[start, end]`` reads from their
