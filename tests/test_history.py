@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from unittest.mock import patch
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from collector.batch import Series
 from collector.exposition.render import key_labels
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
+from collector.tsdb.blocks import OpenBlock, Segment, pack
 from collector.tsdb.ends import KEEP
 from collector.tsdb.history import History
 from collector.tsdb.series import STALE, Columns, Lookup, Matcher, absent_mask, is_stale
@@ -605,6 +607,64 @@ def assert_lookups_agree(
         got = range_query(query, start, end, every, history, lookback=lookback)
         want = range_query(query, start, end, every, EveryPoint(history), lookback=lookback)
         assert by_step(got) == by_step(want), query
+
+
+def test_an_open_block_packs_as_it_is_after_every_change() -> None:
+    """Its packed form is kept for many reads, never past a change."""
+    block = OpenBlock(np.array([0, 1]))
+
+    def fields(segment: Segment | None) -> list[Any]:
+        assert segment is not None
+        arrays = (segment.times, segment.ids, segment.first, segment.width, segment.stored)
+        return [a.tolist() for a in arrays] + [segment.values.tobytes(), segment.points]
+
+    def packs_as_it_is() -> None:
+        n, rows = block.n, block.rows
+        fresh = pack(block.times[:n].copy(), block.ids[:rows].copy(), block.values[:n, :rows])
+        assert fields(block.packed()) == fields(fresh)
+
+    block.write(1.0, slice(0, 2), np.array([1.0, 2.0]))
+    packs_as_it_is()
+    rows = block.rows_of(np.array([0, 2]), 3)  # a new row
+    block.write(2.0, rows, np.array([3.0, 4.0]))
+    packs_as_it_is()
+    block.write(3.0, rows[:1], 5.0, marks=rows[1:])
+    packs_as_it_is()
+    assert block.retract().tolist() == [2]
+    packs_as_it_is()
+    block.renumber(np.array([2, 0, 1]))
+    packs_as_it_is()
+
+
+def test_a_lookup_reads_the_open_block_as_it_is_after_every_change() -> None:
+    """The open block is packed once for many reads: a new column, new series, a source
+    that goes, a late batch that takes its markers' place, renumbered ids."""
+    now = [1000.0]
+    history = History(retention=100, clock=lambda: now[0])
+    changes: list[tuple[str, dict[bytes, float]]] = [
+        ("record", {A: 1.0, B: 2.0}),
+        ("record", {A: 3.0, B: 4.0}),
+        ("record", {A: 5.0, B: 6.0, KEYS[0]: 7.0}),  # a new series: a new row
+        ("forget", {}),  # the source goes: a column of markers
+        ("late", {A: 8.0, KEYS[0]: 9.0}),  # its backlog takes the markers' place
+        ("record", {A: 10.0}),
+        ("trim", {}),  # B's points go: the ids are renumbered
+        ("record", {A: 11.0, KEYS[1]: 12.0}),
+    ]
+    for what, series in changes:
+        if what == "forget":
+            history.forget("n1", "", kept=set())
+        elif what == "trim":
+            now[0] += 150
+            history.trim()
+        else:
+            now[0] += 15
+            t = now[0] - (10 if what == "late" else 0)
+            history.record("n1", series, sampled=t)
+        for query in ("m", "sum(m)", 'm{pod="a"}'):
+            got = range_query(query, now[0] - 60, now[0], 5, history, lookback=30)
+            want = range_query(query, now[0] - 60, now[0], 5, EveryPoint(history), lookback=30)
+            assert by_step(got) == by_step(want), (what, query)
 
 
 def test_a_packed_batch_is_recorded_as_its_mapping_would_be() -> None:

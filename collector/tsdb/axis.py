@@ -32,10 +32,8 @@ from collector.tsdb.blocks import (
     absent,
     gapped,
     merge,
-    pack,
     renumbered,
     run_cells,
-    stale,
 )
 from collector.tsdb.ends import KEEP, Ends, Newest, joined
 from collector.tsdb.labels import Mask
@@ -127,12 +125,7 @@ class Axis:
         self.live_values = values
         if not keys and not len(marks):
             return -len(moved)
-        col = block.n
-        block.times[col] = t
-        block.values[col, rows] = values
-        if len(marks):
-            block.values[col, marks] = STALE
-        block.n += 1
+        block.write(t, rows, values, marks)
         self.last, self.marked = t, False
         return len(keys) + len(marks) - len(moved)
 
@@ -176,10 +169,8 @@ class Axis:
         block = self._room()
         rows = block.rows_of(np.array(gone, np.int64), node.size)
         t = max(at, self.last + AFTER)
-        block.times[block.n] = t
-        block.values[block.n, rows] = STALE
+        block.write(t, rows, STALE)
         self._mark(np.array(gone, np.int64), t)
-        block.n += 1
         self.last, self.marked = t, True
         return len(gone)
 
@@ -226,7 +217,7 @@ class Axis:
     def renumber(self, alive: Ids, new: Ids) -> None:
         """Series ``alive[i]`` is now ``i``; ``new`` maps every old id (-1: forgotten)."""
         self.segments = [renumbered(s, new) for s in self.segments]
-        self.block.ids[: self.block.rows] = new[self.block.ids[: self.block.rows]]
+        self.block.renumber(new)
         self.live_sids = new[self.live_sids].astype(np.int32)
         self.ended.renumber(new)
         seen = np.zeros(len(alive), bool)
@@ -242,14 +233,9 @@ class Axis:
 
     def _retract(self) -> Ids:
         """Take back the latest column (markers only); return the series it marked."""
-        block = self.block
-        col = block.n - 1
-        column = block.values[col, : block.rows]
-        marked = block.ids[np.flatnonzero(stale(column))]
+        marked = self.block.retract()
         self.ended.forget(at=self.last)  # its markers
         self.last = self._previous()
-        column[:] = ABSENT
-        block.n = col
         self.marked = False
         return marked
 
@@ -369,7 +355,7 @@ class Axis:
         windows, times = [], []
         for part, at, lo, hi in self._parts(start, end):
             if isinstance(part, OpenBlock):
-                packed = pack(at, part.ids[: part.rows], part.values[: part.n, : part.rows])
+                packed = part.packed()
                 if packed is None:
                     continue
                 part = packed

@@ -95,7 +95,7 @@ def _cells(matrix: F64, ids: NDArray[Any], want: Mask | None, lo: int, hi: int) 
 class OpenBlock:
     """The block being appended: a matrix of :data:`BLOCK` times x series."""
 
-    __slots__ = ("ids", "n", "rows", "times", "values")
+    __slots__ = ("_packed", "ids", "n", "rows", "times", "values")
 
     def __init__(self, sids: NDArray[np.integer[Any]]) -> None:
         count = len(sids)
@@ -108,6 +108,8 @@ class OpenBlock:
         """Series rows in use (the first ``rows`` entries of ``ids``, columns of ``values``)."""
         self.n = 0
         """Times in use."""
+        self._packed: tuple[Segment | None] | None = None
+        """:meth:`packed`'s answer until the block changes."""
 
     @property
     def full(self) -> bool:
@@ -142,6 +144,44 @@ class OpenBlock:
         added = np.arange(self.rows, end)
         self.rows = end
         return added
+
+    def write(
+        self, t: float, rows: NDArray[np.intp] | slice, values: F64 | float, marks: Ids = NO_GAPS
+    ) -> None:
+        """Append a column at ``t``: ``values`` at ``rows``, staleness markers at ``marks``."""
+        col = self.n
+        self.times[col] = t
+        self.values[col, rows] = values
+        if len(marks):
+            self.values[col, marks] = STALE
+        self.n += 1
+        self._packed = None
+
+    def retract(self) -> Ids:
+        """Take back the latest column; return the series it marked stale."""
+        col = self.n - 1
+        column = self.values[col, : self.rows]
+        marked = self.ids[np.flatnonzero(stale(column))]
+        column[:] = ABSENT
+        self.n = col
+        self._packed = None
+        return marked
+
+    def renumber(self, new: Ids) -> None:
+        """Series ``i`` is now ``new[i]``."""
+        self.ids[: self.rows] = new[self.ids[: self.rows]]
+        self._packed = None
+
+    def packed(self) -> Segment | None:
+        """The block packed as it would be once full (None if it holds nothing).
+
+        Kept until the block changes: each range query reads every node's open
+        block, and the several queries of one dashboard refresh read the same.
+        """
+        if self._packed is None:
+            times = self.times[: self.n].copy()
+            self._packed = (pack(times, self.ids[: self.rows], self.values[: self.n, : self.rows]),)
+        return self._packed[0]
 
     def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
         """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
