@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
@@ -267,6 +271,47 @@ def test_aggregations(db: MemoryStorage) -> None:
     assert vec("quantile(0.9, mem)", db) == {L(): pytest.approx(28.0)}
     assert vec("quantile(2, mem)", db) == {L(): math.inf}
     assert vec("sum(nope)", db) == {}
+
+
+def answers(query: str, db: MemoryStorage) -> list[Any]:
+    """A range query's series and every instant query at its steps, in answer order, NaN
+    equal to NaN."""
+    ranged = range_query(query, 0, 30, 10, db, lookback=5)
+    out: list[Any] = [(sorted(s.labels.items()), repr(s.points)) for s in ranged]
+    for at in (0, 10, 20, 30):
+        found = instant_query(query, at, db, lookback=5)
+        assert isinstance(found, list)
+        out.append(
+            [(sorted(e.labels.items()), repr(e.value)) for e in found if isinstance(e, Element)]
+        )
+    return out
+
+
+cell = st.sampled_from(
+    [None, None, None, math.nan, math.nan, 0.0, 1.0, 1.0, 2.0, -math.inf, math.inf]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(st.lists(cell, min_size=4, max_size=4), min_size=1, max_size=30),
+    k=st.integers(0, 12),
+    op=st.sampled_from(["topk", "bottomk"]),
+)
+@example(rows=[[math.nan, 1.0, 1.0, 1.0], *[[None, 2.0, 2.0, 2.0]] * 6], k=1, op="topk")
+def test_topk_ranks_only_its_contenders_and_picks_what_ranking_every_element_picks(
+    rows: list[list[float | None]], k: int, op: str
+) -> None:
+    """Ties, NaNs, infinities, absent points, steps with fewer than ``k`` numbers (where a
+    NaN ranks too: the example), a ``k`` that changes with the step."""
+    db = MemoryStorage()
+    for i, row in enumerate(rows):
+        points = [(10.0 * step, v) for step, v in enumerate(row) if v is not None]
+        db.add({"__name__": "m", "i": f"{i:02}"}, points)
+    query = f"{op}({k} + time() / 10 % 3, m)"
+    with patch("collector.promql.aggregate._contenders", lambda *_: None):
+        want = answers(query, db)
+    assert answers(query, db) == want
 
 
 def test_topk_bottomk_keep_labels_and_order(db: MemoryStorage) -> None:

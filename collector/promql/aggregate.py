@@ -177,13 +177,18 @@ def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> Fl
 
 
 def _ranked(
-    vec: Vec, ids: IntArray, descending: bool, nan_first: bool
+    vec: Vec, ids: IntArray, descending: bool, nan_first: bool, among: IntArray | None = None
 ) -> tuple[IntArray, IntArray, IntArray]:
     """Present elements sorted by (group, step), then by value, NaNs first or last.
 
-    Returns the elements' rows and steps in that order, and each one's rank in its (group, step).
+    Returns the elements' rows and steps in that order, and each one's rank in its (group,
+    step) among the rows ``among`` (ascending; all if None).
     """
-    rows, cols = np.nonzero(vec.present)
+    if among is None:
+        rows, cols = np.nonzero(vec.present)
+    else:
+        rows, cols = np.nonzero(vec.present[among])
+        rows = among[rows]
     values = vec.values[rows, cols]
     segment = ids[rows] * vec.steps + cols
     nan = np.isnan(values)
@@ -201,7 +206,9 @@ def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
     if not vec.labels:
         return Vec.empty(vec.steps)
     groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank, vec.maps)
-    rows, cols, rank = _ranked(vec, groups.ids, node.op == "topk", nan_first=False)
+    descending = node.op == "topk"
+    among = _contenders(vec, k, descending) if len(groups.labels) == 1 else None
+    rows, cols, rank = _ranked(vec, groups.ids, descending, nan_first=False, among=among)
     keep = rank < k[cols]
     present = np.zeros(vec.present.shape, dtype=bool)
     present[rows[keep], cols[keep]] = True
@@ -210,6 +217,28 @@ def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
         chosen = out.take(rows[keep])
         return Vec(chosen.labels, chosen.values, chosen.present)
     return out
+
+
+def _contenders(vec: Vec, k: IntArray, descending: bool) -> IntArray | None:
+    """The rows of one group that may be among the first ``k`` at some step, or None where
+    that may be most of them.
+
+    At a step with ``k`` numbers or more, only those at least as good as its
+    ``k``-th best can (NaNs rank last); at any other step, every row present
+    there. Why: ranking every element of a large vector (a sort of rows x
+    steps) was most of a dashboard's ``topk``; finding each step's ``k``-th
+    best is linear, and the few contenders sort at once.
+    """
+    most = int(k.max(initial=0))
+    rows = len(vec.labels)
+    if 2 * most > rows:
+        return None
+    numbers = vec.present & ~np.isnan(vec.values)
+    key = np.where(numbers, vec.values if descending else -vec.values, -np.inf)
+    short = numbers.sum(axis=0) < most
+    kth = np.partition(key, rows - most, axis=0)[rows - most] if most else np.inf
+    contend = (numbers & (key >= kth)) | (vec.present & short[None, :])
+    return np.flatnonzero(contend.any(axis=1))
 
 
 def _quantile(groups: Groups, vec: Vec, q: FloatArray) -> FloatArray:
