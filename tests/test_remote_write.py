@@ -32,6 +32,7 @@ from collector.normalise import Normaliser
 from collector.remote import encode
 from collector.remote.queue import Destination, QueueConfig, retry_after
 from collector.remote.stats import DestinationStats, RemoteStats
+from collector.remote.writer import RemoteWriter
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
@@ -238,6 +239,23 @@ async def test_a_refused_batch_is_dropped_and_the_rest_goes_on(tmp_path: Path) -
             assert destination.stats.totals["sent"] == 3
             assert b"second_0" in recorder.bodies[0]
             assert b"first_0" not in recorder.bodies[0]
+
+
+async def test_a_sample_s_time_is_rounded_to_the_millisecond_as_queries_round_it() -> None:
+    """Truncated, a sample read 0.7 ms past a millisecond would reach the receiver a
+    millisecond before the time our own API gives it, and a query whose edge falls
+    between the two would count it at the receiver and not here."""
+    recorder = Recorder()
+    receiver = web.Application()
+    receiver.router.add_post("/api/v1/write", recorder.handle)
+    async with serving(receiver) as url, aiohttp.ClientSession() as session:
+        destination = _destination(f"{url}/api/v1/write", session, QueueConfig(shards=1, batch=1))
+        async with owned(destination.run(0), "shard"):
+            RemoteWriter([destination]).accepted("n1", {b'm{a="b"}': 1.0}, 1_700_000_000.0007)
+            await eventually(lambda: holds(len(recorder.bodies) == 1), 10, "the sample")
+    rounded = encode.timestamp_tail(1_700_000_000_001)
+    assert rounded is not None
+    assert rounded in recorder.bodies[0]
 
 
 async def test_a_full_queue_drops_the_oldest_and_counts(tmp_path: Path) -> None:

@@ -56,13 +56,13 @@ class RemoteWriter:
 
     def accepted(self, node: str, series: Mapping[bytes, float], sampled: float) -> None:
         """Queue a put's series at its time (a :class:`collector.store.Observer` call)."""
-        millis = int(sampled * 1000)
+        millis = _millis(sampled)
         for destination in self.destinations:
             destination.enqueue(node, series, millis)
 
     def vanished(self, node: str, keys: Collection[bytes], when: float) -> None:
         """Queue staleness markers of series that left ``node``."""
-        millis = int(when * 1000)
+        millis = _millis(when)
         for destination in self.destinations:
             destination.mark_stale(node, keys, millis)
 
@@ -74,7 +74,7 @@ class RemoteWriter:
         }
         gone = self._own - series.keys()
         self._own = set(series)
-        millis = int(now * 1000)
+        millis = _millis(now)
         for destination in self.destinations:
             destination.enqueue(None, series, millis)
             if gone:
@@ -159,3 +159,10 @@ async def _metadata_loop(
         for destination in destinations:
             await destination.send_metadata(found)
         await asyncio.sleep(interval)
+
+
+def _millis(seconds: float) -> int:
+    """A wall time in milliseconds, rounded as the history's readers and Prometheus' API
+    round times: truncated, a sample could be a millisecond earlier at the receiver than
+    in our own answers, and fall on the other side of a query's edge."""
+    return round(seconds * 1000)
