@@ -41,6 +41,7 @@ _STALE_BITS = struct.unpack("<Q", struct.pack("<d", STALE))[0]
 
 NO_GAPS: NDArray[np.intp] = np.zeros(0, np.intp)
 """The gaps of a segment without any, shared."""
+_NO_MARKS: NDArray[np.intp] = np.zeros(0, np.intp)
 
 BLOCK = 8
 """Times of an open block: a series that starts or ends in it costs up to a block of cells."""
@@ -146,7 +147,7 @@ class OpenBlock:
         return added
 
     def write(
-        self, t: float, rows: NDArray[np.intp] | slice, values: F64 | float, marks: Ids = NO_GAPS
+        self, t: float, rows: NDArray[np.intp] | slice, values: F64 | float, marks: Ids = _NO_MARKS
     ) -> None:
         """Append a column at ``t``: ``values`` at ``rows``, staleness markers at ``marks``."""
         col = self.n

@@ -27,6 +27,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Container, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -208,33 +209,27 @@ class History:
                 yield state, None if want is True else want
 
 
+Part = TypeVar("Part", Windows, Latest)
+Rest = list[tuple[NodeSeries, Mask | None]]
+
+
 def _looked_up(
     wanted: Iterable[tuple[NodeSeries, Mask | None]],
     start: float,
     end: float,
     lookup: Lookup,
-) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
-    """The wanted series looked up from their runs, many nodes at once (one group each
-    :data:`LOOKUP_IDS`); returns the nodes whose runs cannot tell
-    (:meth:`NodeSeries.windows`), to be read as windows."""
-    rest: list[tuple[NodeSeries, Mask | None]] = []
-    states: list[NodeSeries] = []
-    reads: list[Windows] = []
-    held = 0
-    for state, want in wanted:
-        windows = state.windows(want, start, end)
-        if windows is None:
-            rest.append((state, want))
-        elif windows.segments:
-            states.append(state)
-            reads.append(windows)
-            held += windows.size
-            if held >= LOOKUP_IDS:
-                yield from _group(states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup)
-                states, reads, held = [], [], 0
-    if reads:
-        yield from _group(states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup)
-    return rest
+) -> Generator[Columns, None, Rest]:
+    """The wanted series looked up from their runs, many nodes at once; returns the nodes
+    whose runs cannot tell (:meth:`NodeSeries.windows`), to be read as windows."""
+    return (
+        yield from _many(
+            wanted,
+            lambda state, want: state.windows(want, start, end),
+            lambda windows: windows.size if windows.segments else 0,
+            lambda reads: looked_up(reads, lookup.at, lookup.lookback_ms),
+            lookup,
+        )
+    )
 
 
 def _latest(
@@ -242,28 +237,51 @@ def _latest(
     start: float,
     end: float,
     lookup: Lookup,
-) -> Generator[Columns, None, list[tuple[NodeSeries, Mask | None]]]:
+) -> Generator[Columns, None, Rest]:
     """The wanted series looked up at one time (an instant selector) from their newest
     points, many nodes at once; returns the nodes whose newest points cannot tell
     (:meth:`NodeSeries.latest`), to be read node by node."""
     at_ms, lookback, steps = int(lookup.at[-1]), lookup.lookback_ms, len(lookup.at)
-    rest: list[tuple[NodeSeries, Mask | None]] = []
+    return (
+        yield from _many(
+            wanted,
+            lambda state, want: state.latest(want, start, at_ms),
+            lambda part: part.points,
+            lambda parts: latest(parts, at_ms, lookback, steps),
+            lookup,
+        )
+    )
+
+
+def _many(
+    wanted: Iterable[tuple[NodeSeries, Mask | None]],
+    read: Callable[[NodeSeries, Mask | None], Part | None],
+    size: Callable[[Part], int],
+    look: Callable[[list[Part]], LookedUp],
+    lookup: Lookup,
+) -> Generator[Columns, None, Rest]:
+    """Nodes looked up many at once, a group each :data:`LOOKUP_IDS`: ``read`` gives a
+    node's part (None: it cannot tell, and the node is returned to be read alone), ``size``
+    what the part holds (0: nothing to find), ``look`` what a group of parts finds."""
+    rest: Rest = []
     states: list[NodeSeries] = []
-    parts: list[Latest] = []
+    parts: list[Part] = []
     held = 0
     for state, want in wanted:
-        part = state.latest(want, start, at_ms)
+        part = read(state, want)
         if part is None:
             rest.append((state, want))
             continue
-        states.append(state)
-        parts.append(part)
-        held += part.points
+        holds = size(part)
+        if holds:
+            states.append(state)
+            parts.append(part)
+            held += holds
         if held >= LOOKUP_IDS:
-            yield from _group(states, latest(parts, at_ms, lookback, steps), lookup)
+            yield from _group(states, look(parts), lookup)
             states, parts, held = [], [], 0
     if parts:
-        yield from _group(states, latest(parts, at_ms, lookback, steps), lookup)
+        yield from _group(states, look(parts), lookup)
     return rest
 
 
