@@ -12,6 +12,7 @@ COPY pyproject.toml README.md ./
 COPY collector ./collector
 COPY agent ./agent
 COPY core ./core
+COPY simulator ./simulator
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/hami \
  && /opt/hami/bin/pip install --only-binary :all: /wheels/*.whl \

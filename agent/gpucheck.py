@@ -42,7 +42,7 @@ def _memory_v1_v2(nvml: Any, index: int) -> dict[str, Any]:
 
 
 def main(nvml: Any = None) -> int:
-    """Run the check; ``nvml`` is for tests (a :class:`agent.fakenvml.FakeNvml`)."""
+    """Run the check; ``nvml`` is for tests (a :class:`simulator.nvml.SimulatedNvml`)."""
     sampler = NvmlSampler(nvml)
     if not sampler.start():
         print(sampler.reason, file=sys.stderr)

@@ -3,7 +3,7 @@
 HAMi-core (``libvgpu.so`` in every vGPU container) keeps each container's
 accounting in a memory-mapped file, the *shared region*. This module is the
 agent's reader of one such file (byte layouts: :mod:`agent.region_layout`; finding
-the files: :mod:`agent.region_scan`; a writer for tests lives in :mod:`agent.packer`).
+the files: :mod:`agent.region_scan`; a writer for tests lives in :mod:`simulator.regions`).
 
 Never a byte written
     Files are opened ``O_RDONLY`` and read with ``os.pread``; nothing is mapped at

@@ -10,7 +10,7 @@ snapshot. A card whose handle or UUID cannot be read (fallen off the bus:
 other cards are still reported.
 
 Why the NVML module is injectable: CI and the demo have no GPU, so they hand
-in :mod:`agent.fakenvml`, which raises the real ``pynvml.NVMLError``; the
+in :mod:`simulator.nvml`, which raises the real ``pynvml.NVMLError``; the
 ``except`` clauses exercised in tests are therefore the ones that run on a
 node.
 
@@ -110,7 +110,7 @@ class NvmlSampler:
     """
 
     def __init__(self, nvml: ModuleType | Any = None) -> None:
-        """``nvml``: the pynvml module, or anything with its API (:class:`agent.fakenvml.FakeNvml`).
+        """``nvml``: the pynvml module, or anything with its API (:class:`simulator.nvml.SimulatedNvml`).
 
         Nothing is called here: loading the library happens in :meth:`start`,
         which reports failure instead of raising.

@@ -4,7 +4,7 @@ Every offset is HAMi-core's C struct as compiled on x86-64 (docs/agent.md
 describes the layouts), kept in one :class:`Offsets` per layout:
 :data:`V0`, and :data:`V1` for both v1.1 and v1.2 (v1.2 only starts using the
 slot seqlock). The reader (:mod:`agent.hamicore`) and the writer for tests
-(:mod:`agent.packer`) both take their offsets from here, so a number exists
+(:mod:`simulator.regions`) both take their offsets from here, so a number exists
 once; the tests pin these tables to the reference's literal numbers, so a
 mistake here fails a test instead of being mirrored by both sides.
 

@@ -5,7 +5,7 @@ it should cost under 1% of one core and under 40 MiB of memory.
 
 A real agent process (``python -m agent run --no-nvml --interval 5``) reads 64
 HAMi-core region files written into a temporary root (one vGPU each, on the 8
-cards of a simulated node, with :func:`agent.packer.write_region`) and pushes to
+cards of a simulated node, with :func:`simulator.regions.write_region`) and pushes to
 a stub collector served by this process on 127.0.0.1 (it answers 204 and counts).
 Startup is left out: the window opens when the stub receives the agent's
 :data:`WARMUP_PUSHES`-th push and closes :data:`WINDOW_PUSHES` pushes later, so
@@ -15,7 +15,7 @@ it holds that many whole sample-and-push cycles. CPU is the threads' run time fr
 reported beside it), memory ``VmRSS`` / ``VmHWM`` from ``/proc/<pid>/status``.
 
 ``--no-nvml`` skips NVML, so the snapshot is also timed in this process with
-the fake NVML of 8 cards (:class:`agent.fakenvml.FakeNvml`): the region scan,
+the fake NVML of 8 cards (:class:`simulator.nvml.SimulatedNvml`): the region scan,
 the NVML sample, the payload and the gzip the pusher makes of it. Real NVML
 calls go through the driver (ioctls), and cost more than the fake's.
 
@@ -38,12 +38,12 @@ from typing import Any
 from aiohttp import web
 
 from agent.app import Sampler
-from agent.fakenvml import FakeNvml
 from agent.nvml import NvmlSampler
-from agent.packer import ProcSlot, RegionSpec, write_region
 from bench.columns import aligned
 from bench.processes import cpu_seconds, memory_mib
-from collector.demo.cluster import build_cluster
+from simulator.cluster import build_cluster
+from simulator.nvml import SimulatedNvml
+from simulator.regions import ProcSlot, RegionSpec, write_region
 
 CARDS = 8
 REGIONS = 64
@@ -98,7 +98,7 @@ def snapshot_cost(root: Path, nvml: bool) -> dict[str, float]:
     """CPU per snapshot in this process (median of :data:`SNAPSHOTS`), with the pusher's gzip."""
     sampler_nvml = None
     if nvml:
-        sampler_nvml = NvmlSampler(FakeNvml(CARDS))
+        sampler_nvml = NvmlSampler(SimulatedNvml(CARDS))
         sampler_nvml.start()
     sampler = Sampler("bench-node", [str(root)], None, sampler_nvml)
     sampler.snapshot()  # warm: first reads, first model builds

@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.cluster import HAMI, Cluster
 from bench.timing import median, settle, stopwatch
-from collector.demo.agents import SimulatedDirectory
 from collector.sources.allocations import AllocationConfig, AllocationSource
 from collector.sources.pods import StaticDirectory
+from simulator.agents import SimulatedDirectory
 
 NODES = 1000
 REPEATS = 5

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collector.batch import Batch, Source
-from collector.demo.cluster import build_cluster
-from collector.demo.node import SimulatedNode
-from collector.demo.run import collector_flavour
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.store import Store
+from simulator.cluster import build_cluster
+from simulator.node import SimulatedNode
+from simulator.run import collector_flavour
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: where ``python -m bench...`` subprocesses run."""

@@ -1,10 +1,10 @@
 """Simulated monitors served from one process, each body rendered before serving.
 
 ``python -m bench.farm NODES CARDS ALLOCATIONS INTERVAL`` builds the demo's
-cluster (:func:`collector.demo.cluster.build_cluster`: the exact upstream
+cluster (:func:`simulator.cluster.build_cluster`: the exact upstream
 expositions of every flavour), renders and gzips :data:`VARIANTS` passes of
 simulated time per node, binds every node's address from
-:func:`collector.demo.monitors.loopback_address` (127.1.0.1, ...) on one
+:func:`simulator.monitors.loopback_address` (127.1.0.1, ...) on one
 port, prints one JSON line (the port, a control port, each node's name,
 flavour and samples), and serves until SIGTERM: interval ``k`` of wall time
 serves pass ``k % VARIANTS``. Serving costs no rendering, so on a shared
@@ -31,9 +31,9 @@ from typing import Any
 from aiohttp import web
 
 from bench.processes import stop
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import loopback_address
 from core.content import TEXT_CONTENT_TYPE
+from simulator.cluster import build_cluster
+from simulator.monitors import loopback_address
 
 VARIANTS = 2
 """Passes of simulated time rendered per node; interval ``k`` serves pass ``k % VARIANTS``."""

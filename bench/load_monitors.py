@@ -14,9 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.run import write_targets
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.run import write_targets
 
 
 async def serve(nodes: int, targets: Path) -> dict[str, int]:

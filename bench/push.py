@@ -36,7 +36,7 @@ than rates per wall-clock second; the load average at the start is reported.
 
 Peer, in this process and the same run: the pull path for the same node, a
 HAMi v2.10 monitor body of 8 cards and 32 vGPU allocations
-(:func:`collector.demo.cluster.build_cluster`), through the collector's
+(:func:`simulator.cluster.build_cluster`), through the collector's
 :class:`Normaliser` and ``Store.put``; and the push path's in-process work
 (gunzip, validate, ``to_batch``, ``Store.put``, self-metrics) on the very
 bodies sent, so push vs pull CPU per node-snapshot is compared like for like,
@@ -70,7 +70,6 @@ from bench.columns import Line, aligned
 from bench.processes import cpu_seconds, loopback_socket, memory_mib, stop, wait_healthy
 from bench.timing import percentile
 from collector.batch import Source
-from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
@@ -78,6 +77,7 @@ from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import SeriesKeys, to_batch
 from collector.store import Store
 from core.payload import Payload
+from simulator.cluster import build_cluster
 
 NODES = 5000
 CARDS = 8

@@ -24,10 +24,10 @@ from bench.query_setup import (
     TRACE_ROUNDS,
 )
 from collector.batch import Source
-from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.store import Store
+from simulator.cluster import build_cluster
 
 GOLDEN = (5**0.5 - 1) / 2
 """Node ``i``'s offset is the fraction of ``i * GOLDEN`` times the step: evenly spread."""

@@ -9,7 +9,7 @@ from bench.cluster import ROOT
 NODES = 1000
 SEED = 1
 MONITORS: tuple[str, ...] = ("hami",)
-"""The monitor versions the benchmark's simulated nodes run (see collector.demo.families)."""
+"""The monitor versions the benchmark's simulated nodes run (see simulator.families)."""
 SPAN = 3600.0
 """Seconds of history filled: one hour."""
 STEP = 60.0

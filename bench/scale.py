@@ -58,7 +58,7 @@ from typing import Any
 from bench.farm import Monitors, start_monitors
 from bench.processes import cpu_seconds, memory_mib, stop
 from bench.scale_report import markdown
-from collector.demo.run import collector_flavour
+from simulator.run import collector_flavour
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "5000"))
 """Simulated monitors (``BENCH_SCALE_NODES`` lowers it when the machine cannot serve them)."""

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from bench.soak_world import soak_nodes
-from collector.demo.agents import run_agent
 from core import logs
 from core.tasks import owned
+from simulator.agents import run_agent
 
 
 async def run(argv: list[str], token: str) -> None:

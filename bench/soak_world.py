@@ -24,13 +24,13 @@ from typing import Any
 from aiohttp import web
 
 from bench.testparts import FakeKube, make_pod
-from collector.demo.cluster import build_cluster
-from collector.demo.families import MONITORS
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import SimulatedNode
-from collector.demo.run import collector_flavour
 from collector.schema import Flavour
 from core.content import TEXT_CONTENT_TYPE
+from simulator.cluster import build_cluster
+from simulator.families import MONITORS
+from simulator.monitors import MonitorFarm
+from simulator.node import SimulatedNode
+from simulator.run import collector_flavour
 
 MONITOR_NAMESPACE = "gpu-monitoring"
 SELECTOR_LABELS = {

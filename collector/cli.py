@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
     if command == "demo":
-        from collector.demo.run import run_demo
+        from simulator.run import run_demo
 
         if args["nodes"] < 1:
             print("invalid setting --nodes: expected a whole number >= 1", file=sys.stderr)

@@ -23,10 +23,7 @@ from aiohttp import web
 from multidict import MultiDict
 
 from agent.hamicore import RegionError, read_region
-from agent.packer import ProcSlot, RegionSpec, pack
 from collector.app import build_app
-from collector.demo.cluster import build_cluster
-from collector.demo.families import MONITORS
 from collector.normalise import Normaliser
 from collector.promql.query import prepare_instant
 from collector.promql.values import QueryError
@@ -36,6 +33,9 @@ from collector.tsdb.history import History
 from collector.web.promapi import parse_duration, parse_time
 from collector.web.rest.endpoints import LIST_CONTAINERS, LIST_NODES, Endpoint, list_query
 from collector.web.rest.models import ApiError
+from simulator.cluster import build_cluster
+from simulator.families import MONITORS
+from simulator.regions import ProcSlot, RegionSpec, pack
 
 BODY_LIMIT = 1 << 20
 """Most bytes a fuzzed gzip body may inflate to, as the scrape's body limit bounds it."""

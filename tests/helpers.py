@@ -25,10 +25,10 @@ import yaml
 from aiohttp import web
 
 from collector.app import build_app
-from collector.demo.monitors import MonitorFarm
-from collector.demo.run import write_targets
 from collector.settings import CollectorSettings
 from collector.sources.pods import PodDirectory
+from simulator.monitors import MonitorFarm
+from simulator.run import write_targets
 
 RESERVE_TRIES = 5
 """Fresh ports tried before :func:`reserved_port` gives up finding one free on every host."""

@@ -1,7 +1,7 @@
 """The tests' oracle: which canonical series a correct collector outputs for a simulated node.
 
 Written from the reference tables, independently of the simulated monitors'
-own rendering (:mod:`collector.demo.expositions`), so a test compares two
+own rendering (:mod:`simulator.expositions`), so a test compares two
 implementations: what the collector makes of a node's exposition, and what
 this module says it should make of the node's state.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from collector.demo.devices import Allocation, Card
-from collector.demo.families import BUILD_INFO
-from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
+from simulator.devices import Allocation, Card
+from simulator.families import BUILD_INFO
+from simulator.node import WEIRD_SUFFIX, SimulatedNode
 
 SeriesKey = tuple[str, frozenset[tuple[str, str]]]
 """A series identity: metric name plus its full label set."""

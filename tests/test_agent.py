@@ -16,12 +16,12 @@ from aiohttp import web
 from helpers import eventually, holds, reserved_port
 
 from agent.app import Sampler, regions
-from agent.fakenvml import FakeNvml
 from agent.nvml import NvmlSampler
-from agent.packer import ProcSlot, RegionSpec, write_region
 from agent.push import Backlog, Pusher, Queued
 from agent.region_scan import scan
 from core.payload import Payload
+from simulator.nvml import SimulatedNvml
+from simulator.regions import ProcSlot, RegionSpec, write_region
 
 GIB = 1 << 30
 
@@ -62,7 +62,7 @@ def test_a_snapshot_carries_cards_regions_and_a_growing_sequence(tmp_path: Path)
     write_region(tmp_path / "containers" / "uid-1_cuda" / "a.cache", region_spec(["GPU-a"], 1000))
     (tmp_path / "containers" / "garbage_x").mkdir()
     (tmp_path / "containers" / "garbage_x" / "z.cache").write_bytes(b"not a region")
-    nvml = NvmlSampler(FakeNvml(2, seed=1))
+    nvml = NvmlSampler(SimulatedNvml(2, seed=1))
     assert nvml.start()
     sampler = Sampler("node-a", [str(tmp_path)], None, nvml)
     first, second = sampler.snapshot(), sampler.snapshot()
@@ -76,7 +76,7 @@ def test_a_snapshot_carries_cards_regions_and_a_growing_sequence(tmp_path: Path)
 
 def test_without_nvml_the_agent_still_reports_regions(tmp_path: Path) -> None:
     write_region(tmp_path / "containers" / "uid-1_cuda" / "a.cache", region_spec(["GPU-a"], 1000))
-    nvml = NvmlSampler(FakeNvml(2, no_driver=True))
+    nvml = NvmlSampler(SimulatedNvml(2, no_driver=True))
     assert not nvml.start()
     payload = Sampler("node-a", [str(tmp_path)], None, nvml).snapshot()
     assert (payload.nvml, payload.cards, len(payload.regions)) == (False, [], 1)

@@ -53,16 +53,16 @@ from helpers import eventually, real_vmalert, scraping_collector, serving
 from oracle import expected_canonical
 from receivers import Recorder
 
-from collector.demo.agents import SimulatedDirectory, directory_of
-from collector.demo.cluster import build_cluster
-from collector.demo.devices import Allocation
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import SimulatedNode
-from collector.demo.pods import FRESH_CONTAINER, FRESH_NAMESPACE, Objects
-from collector.demo.run import collector_flavour
-from collector.demo.workload import MIB
 from collector.sources.pods import PodDirectory
 from core.payload import Card, Payload
+from simulator.agents import SimulatedDirectory, directory_of
+from simulator.cluster import build_cluster
+from simulator.devices import Allocation
+from simulator.monitors import MonitorFarm
+from simulator.node import SimulatedNode
+from simulator.pods import FRESH_CONTAINER, FRESH_NAMESPACE, Objects
+from simulator.run import collector_flavour
+from simulator.workload import MIB
 
 RULES = Path(__file__).resolve().parent.parent / "rules" / "hami-usage.rules.yaml"
 TOKEN = "e2e-shared-token"

@@ -14,14 +14,14 @@ from fakekube import FakeKube
 from helpers import eventually, prometheus_tool, running_collector
 
 from collector.allocation import MIB, Grant, parse_quantity, pod_allocation
-from collector.demo.agents import SimulatedDirectory, claim_uid
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.pods import FRESH_NAMESPACE
-from collector.demo.run import write_targets
 from collector.exposition.parse import parse
 from collector.sources.allocations import node_batch
 from collector.sources.pods import StaticDirectory, claim_of, pod_ref, slice_devices
+from simulator.agents import SimulatedDirectory, claim_uid
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.pods import FRESH_NAMESPACE
+from simulator.run import write_targets
 
 A = "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76"
 B = "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"

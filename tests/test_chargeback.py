@@ -17,11 +17,11 @@ import pytest
 import yaml
 from helpers import eventually, prometheus_tool, real_prometheus, running_collector
 
-from collector.demo.agents import SimulatedDirectory
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import SimulatedNode
-from collector.demo.run import write_targets
+from simulator.agents import SimulatedDirectory
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.node import SimulatedNode
+from simulator.run import write_targets
 
 RULES = Path(__file__).resolve().parent.parent / "rules" / "hami-usage.rules.yaml"
 GROUP = "hami-usage-chargeback"

@@ -1,7 +1,7 @@
 """End to end in separate processes: hami-agent pushes to hami-collector, which serves the node.
 
 The collector attributes regions through its pod watch (the fake Kubernetes API
-in this process); the agent reads region files the packer wrote.
+in this process); the agent reads region files the region writer wrote.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import aiohttp
 from fakekube import FakeKube, make_pod
 from helpers import eventually, program, reserved_port
 
-from agent.packer import ProcSlot, RegionSpec, write_region
 from collector.exposition.parse import parse
+from simulator.regions import ProcSlot, RegionSpec, write_region
 
 UID = "7d2c1b4e-0000-4000-8000-00000000a001"
 USED = 3 << 30

@@ -1,6 +1,6 @@
-"""HAMi-core region reader (agent.hamicore) and its test writer (agent.packer).
+"""HAMi-core region reader (agent.hamicore) and its test writer (simulator.regions).
 
-The packer is checked against the reference numbers directly (byte offsets,
+The region writer is checked against the reference numbers directly (byte offsets,
 total sizes), so the reader is not just checked against a mirror of itself.
 """
 
@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from agent import hamicore, packer
+from agent import hamicore
 from agent.hamicore import DeviceUsage, RegionError, read_region
-from agent.packer import ProcSlot, RegionSpec, bad_file, open_for_update, pack, write_region
 from agent.region_scan import scan
 from core.payload import Device
+from simulator import regions
+from simulator.regions import ProcSlot, RegionSpec, bad_file, open_for_update, pack, write_region
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -40,11 +41,11 @@ def i32(data: bytes, at: int) -> int:
     return value
 
 
-def mem(context: int, module: int, data: int) -> packer.MemTuple:
+def mem(context: int, module: int, data: int) -> regions.MemTuple:
     return (context, module, data, 0, context + module + data)
 
 
-def sample_spec(layout: packer.Layout) -> RegionSpec:
+def sample_spec(layout: regions.Layout) -> RegionSpec:
     """3 devices, 5 slots: one exited, one beyond proc_num, one swapped."""
     return RegionSpec(
         layout=layout,
@@ -72,24 +73,24 @@ def sample_spec(layout: packer.Layout) -> RegionSpec:
     )
 
 
-# --------------------------------------------------------------------------- the packer vs the reference
+# --------------------------------------------------------------------------- the region writer vs the reference
 
 
 @pytest.mark.parametrize(
     ("layout", "size"), [("v0", V0_FILE), ("v1.1", V1_FILE), ("v1.2", V1_FILE)]
 )
-def test_packed_sizes_are_the_reference_totals_plus_one(layout: packer.Layout, size: int) -> None:
+def test_packed_sizes_are_the_reference_totals_plus_one(layout: regions.Layout, size: int) -> None:
     assert len(pack(RegionSpec(layout=layout))) == size
 
 
 def test_packer_offset_tables_add_up() -> None:
-    for off in (packer.V0, packer.V1):
-        assert off.procs + packer.MAX_PROCS * off.slot_size == off.proc_num
+    for off in (regions.V0, regions.V1):
+        assert off.procs + regions.MAX_PROCS * off.slot_size == off.proc_num
         assert off.slot_used + 16 * off.mem_size + 16 * 8 == off.slot_util
         assert off.slot_util + 16 * off.util_size == off.slot_status
-    assert packer.V1.last_kernel_time == packer.V1.proc_num + 16
-    assert packer.V1.total == 2_008_912 + 8 + 32  # last_kernel_time, then sem_postinit
-    assert packer.V0.total == packer.V0.priority + 4
+    assert regions.V1.last_kernel_time == regions.V1.proc_num + 16
+    assert regions.V1.total == 2_008_912 + 8 + 32  # last_kernel_time, then sem_postinit
+    assert regions.V0.total == regions.V0.priority + 4
 
 
 def test_v1_bytes_sit_at_reference_offsets() -> None:
@@ -173,7 +174,7 @@ def test_v0_bytes_sit_at_reference_offsets() -> None:
 
 
 @pytest.mark.parametrize("layout", ["v0", "v1.1", "v1.2"])
-def test_round_trip_sums_live_slots_below_proc_num(tmp_path: Path, layout: packer.Layout) -> None:
+def test_round_trip_sums_live_slots_below_proc_num(tmp_path: Path, layout: regions.Layout) -> None:
     path = tmp_path / "r.cache"
     write_region(path, sample_spec(layout))
     region = read_region(path)
@@ -256,7 +257,7 @@ def test_uuid_is_read_whole_up_to_nul_or_96_bytes(tmp_path: Path) -> None:
 def test_unprintable_uuid_is_refused_not_reported(tmp_path: Path) -> None:
     path = tmp_path / "r.cache"
     write_region(
-        path, RegionSpec(uuids=["GPU-a", "GPU-b"], extra={packer.V1.uuids + 96: b"\x01\xfe\x00"})
+        path, RegionSpec(uuids=["GPU-a", "GPU-b"], extra={regions.V1.uuids + 96: b"\x01\xfe\x00"})
     )
     with pytest.raises(RegionError) as info:
         read_region(path)
@@ -302,7 +303,7 @@ def test_reader_opens_read_only_and_changes_nothing(
 # --------------------------------------------------------------------------- refused files
 
 
-def _bad(kind: packer.BadKind) -> Callable[[], bytes]:
+def _bad(kind: regions.BadKind) -> Callable[[], bytes]:
     return lambda: bad_file(kind, sample_spec("v1.2"))
 
 

@@ -1,6 +1,6 @@
 """The import graph follows the data's trip: no arrow against it, no package cycle.
 
-Every module of the product (``core``, ``agent``, ``collector``) is read as
+Every module of the product (``core``, ``agent``, ``collector``, ``simulator``) is read as
 source; its imports (top level and inside functions) are checked against the
 layers below. A module may import its own layer or a lower one.
 """
@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collector.settings", "collector.sources"),
     ("collector.web", "collector.remote"),
     ("collector.app",),
-    ("collector.demo",),
+    ("simulator",),
     ("collector.cli", "collector.__main__"),
 )
 """Lowest first. The query engine reads the history's types only; sources never reach an output."""
@@ -41,12 +41,13 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
 )
 """(importer, imported) prefixes that must never meet, whatever the layers say."""
 
-DEMO_AGENT_ENTRY = "agent.simulated"
-"""The one agent module the demo may use to run simulated agents in-process."""
+SIMULATOR_USES_AGENT = {"simulator.agentloop": "agent", "simulator.regions": "agent.region_layout"}
+"""Where the simulator may reach into the agent: the module that runs the real agent in-process,
+and the region writer, which takes its offsets from the reader's layout."""
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
-    for package in ("core", "agent", "collector"):
+    for package in ("core", "agent", "collector", "simulator"):
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -82,7 +83,7 @@ def _layer(name: str) -> int | None:
 
 
 def _edges() -> list[tuple[str, str]]:
-    ours = ("core", "agent", "collector")
+    ours = ("core", "agent", "collector", "simulator")
     return [
         (module, imported)
         for module, path in _modules()
@@ -101,9 +102,10 @@ def test_no_import_goes_against_the_data() -> None:
     for module, imported in _edges():
         if imported in ("collector", "agent"):  # the package roots hold only __version__
             continue
-        if _within(module, "collector.demo") and _within(imported, "agent"):
-            if not _within(imported, DEMO_AGENT_ENTRY):
-                wrong.append(f"{module} -> {imported} (the demo uses {DEMO_AGENT_ENTRY} only)")
+        if _within(module, "simulator") and _within(imported, "agent"):
+            allowed = SIMULATOR_USES_AGENT.get(module)
+            if allowed is None or not _within(imported, allowed):
+                wrong.append(f"{module} -> {imported} (see SIMULATOR_USES_AGENT)")
             continue
         low, high = _layer(imported), _layer(module)
         assert low is not None, imported

@@ -24,12 +24,12 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 from oracle import expected_canonical
 
 from collector.app import SCRAPER, STORE
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
 from collector.schema import Flavour
 from collector.sources.kubernetes import Backoff, KubernetesDiscovery, Timeouts, pod_target
 from collector.sources.targets import Target
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 SEL = "app.kubernetes.io/component=hami-device-plugin"  # the collector's default
 HAMI = {"app.kubernetes.io/component": "hami-device-plugin"}

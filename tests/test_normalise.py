@@ -11,10 +11,10 @@ from oracle import expected_canonical
 
 from collector import schema
 from collector.batch import Batch
-from collector.demo.cluster import build_cluster
-from collector.demo.families import MONITORS
 from collector.exposition.parse import ParseError, parse_series
 from collector.normalise import Normaliser, PassThrough
+from simulator.cluster import build_cluster
+from simulator.families import MONITORS
 
 
 def canonical(batch: Batch, node: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

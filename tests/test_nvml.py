@@ -17,14 +17,14 @@ import pynvml  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from agent import gpucheck
-from agent.fakenvml import FIELDS, H200_MEMORY, FakeCard, FakeNvml, make_cards
 from agent.nvml import NvmlSampler
 from core.payload import Card, Payload
+from simulator.nvml import FIELDS, H200_MEMORY, SimulatedCard, SimulatedNvml, make_cards
 
 GIB = 1024**3
 
 
-def started(fake: FakeNvml) -> NvmlSampler:
+def started(fake: SimulatedNvml) -> NvmlSampler:
     sampler = NvmlSampler(fake)
     assert sampler.start(), sampler.reason
     return sampler
@@ -48,7 +48,7 @@ def complete(card: Card) -> bool:
 
 
 def test_reads_every_card_in_payload_units() -> None:
-    fake = FakeNvml(8, seed=3)
+    fake = SimulatedNvml(8, seed=3)
     for i, fake_card in enumerate(fake.cards):
         fake_card.memory_used = i * GIB
         fake_card.utilization = 10 * i
@@ -75,7 +75,7 @@ def test_reads_every_card_in_payload_units() -> None:
 
 
 def test_cards_fit_the_push_payload() -> None:
-    fake = FakeNvml(8, seed=1)
+    fake = SimulatedNvml(8, seed=1)
     fake.step(1000.0)
     cards = started(fake).sample()
     payload = Payload(node="n1", agent="a1", sequence=0, time=1.0, nvml=True, cards=cards)
@@ -83,7 +83,7 @@ def test_cards_fit_the_push_payload() -> None:
 
 
 def test_sample_before_start_is_empty_and_calls_nothing() -> None:
-    fake = FakeNvml(2)
+    fake = SimulatedNvml(2)
     sampler = NvmlSampler(fake)
     assert sampler.sample() == []
     assert not sampler.available
@@ -103,7 +103,7 @@ PER_FIELD = {
 
 @pytest.mark.parametrize("field", sorted(PER_FIELD))
 def test_a_field_error_costs_that_field_of_that_card_only(field: str) -> None:
-    fake = FakeNvml(4, fail={(field, 2): pynvml.NVML_ERROR_NOT_SUPPORTED})
+    fake = SimulatedNvml(4, fail={(field, 2): pynvml.NVML_ERROR_NOT_SUPPORTED})
     sampler = started(fake)
 
     cards = sampler.sample()
@@ -130,7 +130,7 @@ def test_every_fake_field_is_a_sampler_error_key() -> None:
 
 
 def test_a_repeated_failure_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    sampler = started(FakeNvml(2, fail={("power", 1): pynvml.NVML_ERROR_NOT_SUPPORTED}))
+    sampler = started(SimulatedNvml(2, fail={("power", 1): pynvml.NVML_ERROR_NOT_SUPPORTED}))
     with caplog.at_level(logging.WARNING, logger="agent.nvml"):
         for _ in range(5):
             sampler.sample()
@@ -140,7 +140,7 @@ def test_a_repeated_failure_warns_once(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_a_lost_card_is_skipped_and_the_rest_reported() -> None:
-    fake = FakeNvml(4, lost={1})
+    fake = SimulatedNvml(4, lost={1})
     sampler = started(fake)
 
     cards = sampler.sample()
@@ -156,13 +156,13 @@ def test_a_lost_card_is_skipped_and_the_rest_reported() -> None:
 
 
 def test_an_unreadable_uuid_skips_the_card() -> None:
-    sampler = started(FakeNvml(3, fail={("uuid", 0): pynvml.NVML_ERROR_NO_PERMISSION}))
+    sampler = started(SimulatedNvml(3, fail={("uuid", 0): pynvml.NVML_ERROR_NO_PERMISSION}))
     assert [c.index for c in sampler.sample()] == [1, 2]
     assert sampler.errors == {"uuid": 1}
 
 
 def test_an_empty_uuid_skips_the_card() -> None:
-    fake = FakeNvml(2)
+    fake = SimulatedNvml(2)
     fake.cards[0].uuid = ""
     sampler = started(fake)
     assert [c.index for c in sampler.sample()] == [1]
@@ -170,7 +170,7 @@ def test_an_empty_uuid_skips_the_card() -> None:
 
 
 def test_a_reading_the_payload_rejects_skips_only_that_card() -> None:
-    fake = FakeNvml(3)
+    fake = SimulatedNvml(3)
     fake.cards[1].uuid = "GPU-" + "f" * 200  # longer than Card allows
     sampler = started(fake)
     assert [c.index for c in sampler.sample()] == [0, 2]
@@ -178,7 +178,7 @@ def test_a_reading_the_payload_rejects_skips_only_that_card() -> None:
 
 
 def test_an_unreadable_device_count_gives_an_empty_sample() -> None:
-    fake = FakeNvml(2)
+    fake = SimulatedNvml(2)
     sampler = started(fake)
     fake.count_error = pynvml.NVML_ERROR_UNKNOWN
     assert sampler.sample() == []
@@ -188,11 +188,11 @@ def test_an_unreadable_device_count_gives_an_empty_sample() -> None:
 
 
 def test_device_count_is_read_every_sample() -> None:
-    fake = FakeNvml(2, seed=5)
+    fake = SimulatedNvml(2, seed=5)
     sampler = started(fake)
     assert len(sampler.sample()) == 2
 
-    fake.cards.append(FakeCard(uuid="GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"))
+    fake.cards.append(SimulatedCard(uuid="GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"))
     cards = sampler.sample()
     assert [c.index for c in cards] == [0, 1, 2]
     assert cards[2].uuid == "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
@@ -205,7 +205,7 @@ def test_device_count_is_read_every_sample() -> None:
 
 
 def test_temperature_moves_to_the_v_call_when_the_old_one_is_gone() -> None:
-    fake = FakeNvml(2, missing={"nvmlDeviceGetTemperature"})
+    fake = SimulatedNvml(2, missing={"nvmlDeviceGetTemperature"})
     for card in fake.cards:
         card.temperature = 55
     sampler = started(fake)
@@ -222,7 +222,7 @@ def test_temperature_moves_to_the_v_call_when_the_old_one_is_gone() -> None:
 
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["str", "bytes"])
 def test_names_and_uuids_are_str_whatever_the_binding_returns(as_bytes: bool) -> None:
-    fake = FakeNvml(2, seed=9, as_bytes=as_bytes)
+    fake = SimulatedNvml(2, seed=9, as_bytes=as_bytes)
     sampler = started(fake)
     cards = sampler.sample()
     assert [c.uuid for c in cards] == [c.uuid for c in fake.cards]
@@ -245,7 +245,7 @@ def test_fake_uuids_look_like_nvmls() -> None:
 
 
 def test_no_driver_start_is_false_with_a_reason_and_nothing_raises() -> None:
-    fake = FakeNvml(4, no_driver=True)
+    fake = SimulatedNvml(4, no_driver=True)
     sampler = NvmlSampler(fake)
 
     assert sampler.start() is False
@@ -259,14 +259,14 @@ def test_no_driver_start_is_false_with_a_reason_and_nothing_raises() -> None:
 
 
 def test_driver_not_loaded_reason() -> None:
-    sampler = NvmlSampler(FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
+    sampler = NvmlSampler(SimulatedNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     assert sampler.start() is False
     assert sampler.reason is not None
     assert "DriverNotLoaded" in sampler.reason
 
 
 def test_an_oserror_from_init_is_caught() -> None:
-    class Broken(FakeNvml):
+    class Broken(SimulatedNvml):
         def nvmlInit(self) -> None:
             raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 
@@ -278,7 +278,7 @@ def test_an_oserror_from_init_is_caught() -> None:
 
 
 def test_start_is_idempotent_and_close_shuts_down_once() -> None:
-    fake = FakeNvml(2)
+    fake = SimulatedNvml(2)
     sampler = NvmlSampler(fake)
     assert sampler.start()
     assert sampler.start()
@@ -295,7 +295,7 @@ def test_start_is_idempotent_and_close_shuts_down_once() -> None:
 
 
 def test_context_manager_starts_and_closes() -> None:
-    fake = FakeNvml(1)
+    fake = SimulatedNvml(1)
     with NvmlSampler(fake) as sampler:
         assert fake.initialized
         assert len(sampler.sample()) == 1
@@ -304,12 +304,12 @@ def test_context_manager_starts_and_closes() -> None:
 
 def test_fake_refuses_calls_before_init() -> None:
     with pytest.raises(pynvml.NVMLError_Uninitialized):
-        FakeNvml(1).nvmlDeviceGetCount()
+        SimulatedNvml(1).nvmlDeviceGetCount()
 
 
 def test_fake_rejects_an_unknown_failure_field() -> None:
     with pytest.raises(ValueError, match="temprature"):
-        FakeNvml(1, fail={("temprature", 0): pynvml.NVML_ERROR_NOT_SUPPORTED})
+        SimulatedNvml(1, fail={("temprature", 0): pynvml.NVML_ERROR_NOT_SUPPORTED})
 
 
 # -- the real binding, no driver on this machine (the CI path) ---------------------------
@@ -332,7 +332,7 @@ def test_real_pynvml_without_a_driver_reports_why() -> None:
 
 
 def test_step_is_deterministic_and_stays_in_range() -> None:
-    a, b = FakeNvml(8, seed=11), FakeNvml(8, seed=11)
+    a, b = SimulatedNvml(8, seed=11), SimulatedNvml(8, seed=11)
     a.step(600.0)
     b.step(600.0)
     assert a.cards == b.cards
@@ -352,7 +352,7 @@ def test_step_is_deterministic_and_stays_in_range() -> None:
 
 
 def test_gpucheck_prints_one_sample(capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeNvml(2, fail={("power", 1): pynvml.NVML_ERROR_NOT_SUPPORTED})
+    fake = SimulatedNvml(2, fail={("power", 1): pynvml.NVML_ERROR_NOT_SUPPORTED})
     assert gpucheck.main(fake) == 0
     report = json.loads(capsys.readouterr().out)
     assert [c["uuid"] for c in report["cards"]] == [c.uuid for c in fake.cards]
@@ -363,5 +363,5 @@ def test_gpucheck_prints_one_sample(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_gpucheck_without_a_driver_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpucheck.main(FakeNvml(no_driver=True)) == 1
+    assert gpucheck.main(SimulatedNvml(no_driver=True)) == 1
     assert "Library Not Found" in capsys.readouterr().err

@@ -10,14 +10,14 @@ import aiohttp
 from helpers import eventually, scraping_collector
 
 from collector.batch import Batch, Source
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
 from collector.exposition.render import series_key
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.store import Store
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 
 async def test_own_series_are_in_the_query_api(tmp_path: Path) -> None:

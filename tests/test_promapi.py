@@ -25,10 +25,10 @@ from helpers import (
 )
 
 from collector.app import PROMQL, STORE
-from collector.demo.agents import SimulatedDirectory
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
 from collector.promql.query import Prepared
+from simulator.agents import SimulatedDirectory
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "hami-usage.json"

@@ -20,8 +20,8 @@ from helpers import (
 )
 from oracle import expected_canonical
 
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 
 @pytest.fixture

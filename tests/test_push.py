@@ -19,15 +19,15 @@ from oracle import SeriesKey, expected_canonical
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
 from collector.app import PUSH, STORE
-from collector.demo.agents import SimulatedDirectory, fake_nvml, write_regions
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import SimulatedNode
 from collector.exposition.parse import parse, parse_series
 from collector.schema import VGPU_FAMILIES, SourceKind
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Card, Device, Payload, Region
+from simulator.agents import SimulatedDirectory, fake_nvml, write_regions
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.node import SimulatedNode
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
 AGENT_EXTRAS = {

@@ -25,8 +25,6 @@ from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 from collector.app import REMOTE
 from collector.batch import Batch, Source
 from collector.cli import ENV_PREFIX, parser
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
 from collector.exposition.parse import parse
 from collector.normalise import Normaliser
 from collector.remote import encode
@@ -40,6 +38,8 @@ from collector.store import Store
 from collector.web.metrics import MetricsPage
 from core.settings import load_settings
 from core.tasks import owned
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 CLUSTER = '{__name__=~"hami_.+", __name__!~"hami_usage_collector_.+"}'
 EXTERNAL = {"cluster": "test", "replica": "r1"}

@@ -21,12 +21,6 @@ from helpers import eventually
 
 from collector.app import STORE, build_app
 from collector.batch import Source
-from collector.demo.cluster import build_cluster
-from collector.demo.devices import Allocation
-from collector.demo.families import MONITORS
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
-from collector.demo.run import collector_flavour, write_targets
 from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
@@ -38,6 +32,12 @@ from collector.web.rest.handlers import RestApi
 from collector.web.rest.models import ContainerList, NodeDetail, NodeList, PodDetail
 from core.payload import Card as AgentCard
 from core.payload import Payload
+from simulator.cluster import build_cluster
+from simulator.devices import Allocation
+from simulator.families import MONITORS
+from simulator.monitors import MonitorFarm
+from simulator.node import WEIRD_SUFFIX, SimulatedNode
+from simulator.run import collector_flavour, write_targets
 
 NOW = float(math.floor(time.time()))
 Client = TestClient[web.Request, web.Application]

@@ -13,10 +13,10 @@ import pytest
 from helpers import eventually, scraping_collector
 from oracle import expected_canonical
 
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.run import collector_flavour
 from collector.exposition.parse import parse
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.run import collector_flavour
 
 FAULTS = ("malformed", "html", "500", "timeout", "drip", "oversized", "gzip_bomb")
 

@@ -21,7 +21,6 @@ from helpers import eventually, holds, running_collector
 from yarl import URL
 
 from collector.batch import Batch
-from collector.demo.cluster import build_cluster
 from collector.normalise import Normaliser, PassThrough
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
@@ -30,6 +29,7 @@ from collector.sources.scrape import ScrapeConfig, ScrapeLoop, ScrapeManager, fe
 from collector.sources.targets import Target
 from collector.store import Store
 from core.tasks import Supervisor
+from simulator.cluster import build_cluster
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -15,11 +15,11 @@ from pydantic import ValidationError
 
 from agent.settings import AgentSettings
 from collector.app import STORE
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
 from collector.settings import CollectorSettings
 from core.payload import Card, Payload
 from core.shards import Shard, shard_of
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
 
 
 def test_the_hash_is_the_first_eight_bytes_of_sha256_big_endian() -> None:

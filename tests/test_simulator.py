@@ -1,4 +1,4 @@
-"""Tests of the monitor simulator (collector.demo: cluster, node, expositions), its HTTP farm and the oracle."""
+"""Tests of the monitor simulator (simulator: cluster, node, expositions), its HTTP farm and the oracle."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 from oracle import SeriesKey, expected_canonical
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.demo.cluster import build_cluster
-from collector.demo.devices import Allocation, Card, MigSlice
-from collector.demo.families import BUILD_INFO, MONITOR_METRICS, MONITORS
-from collector.demo.faults import FAULTS, MAX_STALL_S
-from collector.demo.gzipbomb import build_gzip_bomb, crc32_combine
-from collector.demo.monitors import MonitorFarm, loopback_address
-from collector.demo.node import WEIRD_SUFFIX, SimulatedNode
-from collector.demo.textformat import go_float
 from core.content import TEXT_CONTENT_TYPE
+from simulator.cluster import build_cluster
+from simulator.devices import Allocation, Card, MigSlice
+from simulator.families import BUILD_INFO, MONITOR_METRICS, MONITORS
+from simulator.faults import FAULTS, MAX_STALL_S
+from simulator.gzipbomb import build_gzip_bomb, crc32_combine
+from simulator.monitors import MonitorFarm, loopback_address
+from simulator.node import WEIRD_SUFFIX, SimulatedNode
+from simulator.textformat import go_float
 
 NOW = 1_800_000_000.0
 MIB = 1 << 20

@@ -25,11 +25,11 @@ from receivers import Recorder, prometheus_receiver
 
 from collector.app import STORE
 from collector.batch import Batch, Source
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.run import demo_app
 from collector.schema import SourceKind
 from collector.web.status import PAGE_ROWS, PANELS, Panel
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.run import demo_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = ROOT / ".tools" / "chromium" / "run"

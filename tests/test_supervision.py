@@ -32,9 +32,6 @@ from agent.push import Pusher
 from agent.settings import AgentSettings
 from collector.app import SCRAPER, STORE, TASKS, build_app
 from collector.batch import Batch, Source
-from collector.demo.cluster import build_cluster
-from collector.demo.monitors import MonitorFarm
-from collector.demo.run import write_targets
 from collector.exposition.parse import parse
 from collector.exposition.render import series_key
 from collector.schema import SourceKind
@@ -44,6 +41,9 @@ from collector.sources.kubernetes import KubernetesDiscovery
 from collector.store import Store
 from core.payload import Payload
 from core.tasks import RestartPolicy, Supervisor, owned
+from simulator.cluster import build_cluster
+from simulator.monitors import MonitorFarm
+from simulator.run import write_targets
 
 QUICK = RestartPolicy(first=0.001, cap=0.01, limit=3)
 

@@ -1,4 +1,4 @@
-"""Simulated node agents: the simulator's workload written as HAMi-core region files, its cards as a fake NVML.
+"""Simulated node agents: the simulator's workload written as HAMi-core region files, its cards as a simulated NVML.
 
 The demo runs the real agent code (region reader, NVML sampler, pusher) on
 these, so the agent path is exercised end to end without a GPU.
@@ -12,10 +12,6 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from agent.simulated import FakeCard, FakeNvml, ProcSlot, RegionSpec, run_simulated, write_region
-from collector.demo.devices import Allocation
-from collector.demo.node import SimulatedNode
-from collector.demo.pods import Objects, cluster_objects
 from collector.sources.pods import (
     Holding,
     PodRef,
@@ -24,6 +20,17 @@ from collector.sources.pods import (
     pod_ref,
     slice_devices,
 )
+from simulator.agentloop import (
+    ProcSlot,
+    RegionSpec,
+    SimulatedCard,
+    SimulatedNvml,
+    run_simulated,
+    write_region,
+)
+from simulator.devices import Allocation
+from simulator.node import SimulatedNode
+from simulator.pods import Objects, cluster_objects
 
 REGION_FILE = "region.cache"
 
@@ -82,10 +89,10 @@ def write_regions(root: Path, node: SimulatedNode, dra: bool = False) -> None:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def nvml_cards(node: SimulatedNode) -> list[FakeCard]:
-    """The node's cards as a fake NVML reports them."""
+def nvml_cards(node: SimulatedNode) -> list[SimulatedCard]:
+    """The node's cards as a simulated NVML reports them."""
     return [
-        FakeCard(
+        SimulatedCard(
             uuid=c.uuid,
             name=c.name,
             memory_total=c.memory_total,
@@ -97,20 +104,20 @@ def nvml_cards(node: SimulatedNode) -> list[FakeCard]:
     ]
 
 
-def fake_nvml(node: SimulatedNode) -> FakeNvml:
-    """A fake NVML module showing ``node``'s cards; refresh it with :func:`sync_nvml`."""
-    return FakeNvml(nvml_cards(node))
+def fake_nvml(node: SimulatedNode) -> SimulatedNvml:
+    """A simulated NVML module showing ``node``'s cards; refresh it with :func:`sync_nvml`."""
+    return SimulatedNvml(nvml_cards(node))
 
 
-def sync_nvml(nvml: FakeNvml, node: SimulatedNode) -> None:
-    """Copy the node's current card readings into the fake NVML."""
+def sync_nvml(nvml: SimulatedNvml, node: SimulatedNode) -> None:
+    """Copy the node's current card readings into the simulated NVML."""
     nvml.cards = nvml_cards(node)
 
 
 class SimulatedDirectory:
     """What the collector's pod watch would know of the simulated pods, current as pods churn.
 
-    It reads the pods' Kubernetes objects (:mod:`collector.demo.pods`) through
+    It reads the pods' Kubernetes objects (:mod:`simulator.pods`) through
     the collector's own parsers. Pods of the nodes named in ``dra`` use one
     ResourceClaim per container. A pod's start is when this directory first saw it.
     """

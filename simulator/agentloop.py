@@ -1,7 +1,7 @@
 """The real agent on simulated inputs: the one entry point the collector's demo uses.
 
 A simulated node writes its workload as HAMi-core region files (with the
-packer) and shows its cards through a fake NVML; :func:`run_simulated` then runs
+region writer) and shows its cards through a simulated NVML; :func:`run_simulated` then runs
 the agent's own sampler and pusher over them, in the caller's event loop.
 """
 
@@ -12,19 +12,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.app import Sampler
-from agent.fakenvml import FakeCard, FakeNvml
 from agent.nvml import NvmlSampler
-from agent.packer import ProcSlot, RegionSpec, write_region
 from agent.push import Backlog, Pusher
 from core.tasks import owned
+from simulator.nvml import SimulatedCard, SimulatedNvml
+from simulator.regions import ProcSlot, RegionSpec, write_region
 
-__all__ = ["FakeCard", "FakeNvml", "ProcSlot", "RegionSpec", "run_simulated", "write_region"]
+__all__ = [
+    "ProcSlot",
+    "RegionSpec",
+    "SimulatedCard",
+    "SimulatedNvml",
+    "run_simulated",
+    "write_region",
+]
 
 
 async def run_simulated(
     node: str,
     root: Path,
-    nvml: FakeNvml,
+    nvml: SimulatedNvml,
     collector: str,
     token: Callable[[], str | None],
     interval: float,
@@ -33,7 +40,7 @@ async def run_simulated(
     """Sample ``root`` and ``nvml`` and push to ``collector`` every ``interval``, until cancelled.
 
     ``step`` runs before each sample: it moves the simulation on and rewrites
-    the region files and the fake NVML's cards.
+    the region files and the simulated NVML's cards.
     """
     sampler_nvml = NvmlSampler(nvml)
     sampler_nvml.start()

@@ -2,9 +2,9 @@
 
 Every GPU node of a HAMi, Volcano vGPU or KAI cluster runs a monitor on port
 9394 that serves Prometheus text for its own node. :func:`build_cluster` makes
-such nodes (:class:`~collector.demo.node.SimulatedNode`), whose monitors serve,
+such nodes (:class:`~simulator.node.SimulatedNode`), whose monitors serve,
 byte for byte, what each upstream version serves
-(:mod:`collector.demo.families`), from simulated cards and vGPU allocations
+(:mod:`simulator.families`), from simulated cards and vGPU allocations
 whose values drift with time.
 """
 
@@ -15,10 +15,10 @@ import random
 import time
 from collections.abc import Sequence
 
-from collector.demo.devices import Allocation
-from collector.demo.families import MONITORS
-from collector.demo.node import SimulatedNode
-from collector.demo.workload import MIB, draw_cards, draw_kai_annotation, new_pod, plan_slots
+from simulator.devices import Allocation
+from simulator.families import MONITORS
+from simulator.node import SimulatedNode
+from simulator.workload import MIB, draw_cards, draw_kai_annotation, new_pod, plan_slots
 
 
 def _check(nodes: int, cards: int, allocations_per_node: int, flavours: Sequence[str]) -> None:
@@ -58,7 +58,7 @@ def build_cluster(
 ) -> list[SimulatedNode]:
     """A cluster of ``nodes`` simulated GPU nodes, monitor versions assigned round-robin.
 
-    ``flavours`` are some of :data:`~collector.demo.families.MONITORS`. Nodes are
+    ``flavours`` are some of :data:`~simulator.families.MONITORS`. Nodes are
     named ``gpu-node-001``…; each has ``cards`` cards of one model and
     ``allocations_per_node`` vGPU allocations (pods such as ``team-a/train-…``
     with containers such as ``cuda`` or ``main``), every one of which has

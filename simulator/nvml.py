@@ -7,10 +7,10 @@ into the matching ``NVMLError_*`` subclass), refuses calls before ``nvmlInit``
 with ``NVML_ERROR_UNINITIALIZED``, and answers in NVML's own units
 (milliwatts, whole percent, whole °C) so unit conversions are tested too.
 
-Drive it through plain attributes: :attr:`FakeNvml.cards` (add, remove,
-edit), :attr:`FakeNvml.fail` (``{("temperature", 2): NVML_ERROR_NOT_SUPPORTED}``),
-:attr:`FakeNvml.lost`, :attr:`FakeNvml.init_error`, :attr:`FakeNvml.count_error`.
-:meth:`FakeNvml.step` moves every reading to a time, deterministically from the
+Drive it through plain attributes: :attr:`SimulatedNvml.cards` (add, remove,
+edit), :attr:`SimulatedNvml.fail` (``{("temperature", 2): NVML_ERROR_NOT_SUPPORTED}``),
+:attr:`SimulatedNvml.lost`, :attr:`SimulatedNvml.init_error`, :attr:`SimulatedNvml.count_error`.
+:meth:`SimulatedNvml.step` moves every reading to a time, deterministically from the
 seed, for a demo whose graphs move.
 """
 
@@ -31,17 +31,17 @@ H200_MEMORY: Final = 143_771 * MIB
 H200_POWER_LIMIT_MW: Final = 700_000
 IDLE_POWER_MW: Final = 75_000
 
-#: Per-card calls that :attr:`FakeNvml.fail` can make fail, by the sampler's error key.
+#: Per-card calls that :attr:`SimulatedNvml.fail` can make fail, by the sampler's error key.
 FIELDS: Final = frozenset(
     {"handle", "uuid", "name", "memory", "utilization", "temperature", "power"}
 )
 
 
 @dataclass
-class FakeCard:
+class SimulatedCard:
     """One fake GPU, in NVML's units: bytes, whole percent, whole °C, milliwatts.
 
-    Its NVML index is its position in :attr:`FakeNvml.cards`.
+    Its NVML index is its position in :attr:`SimulatedNvml.cards`.
     ``memory_reserved`` only shows through the v2 memory call.
     """
 
@@ -84,7 +84,7 @@ class FakeUtilization:
 
 @dataclass(frozen=True)
 class _Drift:
-    """A card's fixed character in :meth:`FakeNvml.step`, drawn once from the seed."""
+    """A card's fixed character in :meth:`SimulatedNvml.step`, drawn once from the seed."""
 
     busy: float
     period: float
@@ -98,10 +98,10 @@ def fake_uuid(rng: random.Random) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def make_cards(count: int, seed: int = 0, name: str = "NVIDIA H200") -> list[FakeCard]:
+def make_cards(count: int, seed: int = 0, name: str = "NVIDIA H200") -> list[SimulatedCard]:
     """``count`` idle cards with UUIDs drawn from ``seed`` (same seed, same UUIDs)."""
     rng = random.Random(seed)
-    return [FakeCard(uuid=fake_uuid(rng), name=name) for _ in range(count)]
+    return [SimulatedCard(uuid=fake_uuid(rng), name=name) for _ in range(count)]
 
 
 def _raise(code: int) -> NoReturn:
@@ -109,10 +109,10 @@ def _raise(code: int) -> NoReturn:
     raise pynvml.NVMLError(code)
 
 
-class FakeNvml:
-    """Module-like stand-in for ``pynvml``; pass it as ``NvmlSampler(nvml=FakeNvml(...))``.
+class SimulatedNvml:
+    """Module-like stand-in for ``pynvml``; pass it as ``NvmlSampler(nvml=SimulatedNvml(...))``.
 
-    ``cards``: a list of :class:`FakeCard` or a count (made by :func:`make_cards`).
+    ``cards``: a list of :class:`SimulatedCard` or a count (made by :func:`make_cards`).
     ``fail``: ``{(field, index): NVML_ERROR_*}``, field one of :data:`FIELDS`; that
     call on that card raises that code. ``no_driver``: ``nvmlInit`` raises
     ``NVML_ERROR_LIBRARY_NOT_FOUND`` (``init_error`` picks another code, such as
@@ -129,7 +129,7 @@ class FakeNvml:
 
     def __init__(
         self,
-        cards: Sequence[FakeCard] | int = 8,
+        cards: Sequence[SimulatedCard] | int = 8,
         *,
         seed: int = 0,
         fail: Mapping[tuple[str, int], int] | None = None,
@@ -140,7 +140,7 @@ class FakeNvml:
         missing: Iterable[str] = (),
         driver_version: str = "550.127.05",
     ) -> None:
-        self.cards: list[FakeCard] = (
+        self.cards: list[SimulatedCard] = (
             make_cards(cards, seed) if isinstance(cards, int) else list(cards)
         )
         self.seed = seed
@@ -204,7 +204,7 @@ class FakeNvml:
         if self.refcount <= 0:
             _raise(pynvml.NVML_ERROR_UNINITIALIZED)
 
-    def _card(self, handle: FakeHandle, field: str) -> FakeCard:
+    def _card(self, handle: FakeHandle, field: str) -> SimulatedCard:
         index = handle.index
         if index in self.lost:
             _raise(pynvml.NVML_ERROR_GPU_IS_LOST)

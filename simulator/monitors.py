@@ -1,10 +1,10 @@
 """Serve simulated node monitors over real HTTP on loopback, with injectable faults.
 
-:class:`MonitorFarm` gives every :class:`~collector.demo.node.SimulatedNode`
+:class:`MonitorFarm` gives every :class:`~simulator.node.SimulatedNode`
 its own loopback address (``127.1.0.1``, ``127.1.0.2``, …) and serves its
 exposition on ``/metrics`` exactly as the real monitor would (promhttp's
 Content-Type, gzip when the client accepts it). Faults can be switched on per
-node to exercise a scraper (:data:`~collector.demo.faults.FAULTS`): errors,
+node to exercise a scraper (:data:`~simulator.faults.FAULTS`): errors,
 stalls, drips, oversized bodies, a gzip bomb, broken or awkward text. Every
 wait is bounded and :meth:`MonitorFarm.stop` leaves no task behind.
 """
@@ -22,7 +22,8 @@ from types import TracebackType
 
 from aiohttp import web
 
-from collector.demo.faults import (
+from core.content import TEXT_CONTENT_TYPE
+from simulator.faults import (
     FAULTS,
     HTML_PAGE,
     MAX_STALL_S,
@@ -31,9 +32,8 @@ from collector.demo.faults import (
     stream_oversized,
     with_broken_line,
 )
-from collector.demo.gzipbomb import GzipBomb, build_gzip_bomb
-from collector.demo.node import SimulatedNode
-from core.content import TEXT_CONTENT_TYPE
+from simulator.gzipbomb import GzipBomb, build_gzip_bomb
+from simulator.node import SimulatedNode
 
 MIB = 1 << 20
 GIB = 1 << 30

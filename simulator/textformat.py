@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from collector.demo.families import MetricSpec
+from simulator.families import MetricSpec
 
 
 class MonitorSample(NamedTuple):

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.demo.devices import Allocation
-from collector.demo.node import SimulatedNode
-from collector.demo.workload import MIB
+from simulator.devices import Allocation
+from simulator.node import SimulatedNode
+from simulator.workload import MIB
 
 JSON = dict[str, Any]
 CORES = (10, 20, 25, 30, 50, 100)

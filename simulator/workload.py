@@ -11,8 +11,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from collector.demo.devices import Allocation, Card
-from collector.demo.families import KAI_SHARING_ANNOTATIONS
+from simulator.devices import Allocation, Card
+from simulator.families import KAI_SHARING_ANNOTATIONS
 
 MIB = 1 << 20
 _TWO_MIB = 2 * MIB

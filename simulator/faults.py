@@ -1,6 +1,6 @@
 """The ways a simulated monitor can misbehave, and the bodies it then serves.
 
-:class:`~collector.demo.monitors.MonitorFarm` switches these on per node to
+:class:`~simulator.monitors.MonitorFarm` switches these on per node to
 exercise a scraper. Every deliberate stall is bounded by :data:`MAX_STALL_S`.
 """
 
@@ -23,7 +23,7 @@ FAULTS: tuple[str, ...] = (
     "gzip_bomb",
     "weird_labels",
 )
-"""Faults :meth:`~collector.demo.monitors.MonitorFarm.set_fault` accepts.
+"""Faults :meth:`~simulator.monitors.MonitorFarm.set_fault` accepts.
 
 ``flaky``        every 3rd request (counted from set_fault) answers 500, every
                  5th stalls for ``stall_s`` before answering normally

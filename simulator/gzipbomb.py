@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collector.demo.faults import FILLER_HEAD, filler_line
+from simulator.faults import FILLER_HEAD, filler_line
 
 MIB = 1 << 20
 

@@ -2,7 +2,7 @@
 
 Simulated monitors of every flavour serve on loopback addresses, and a file_sd
 targets file points the real collector at them, as an operator's would. Node
-agents (the real agent code on simulated region files and a fake NVML) push
+agents (the real agent code on simulated region files and a simulated NVML) push
 for two HAMi-DRA nodes, which have no monitor at all, and for the first HAMi
 node, where their readings outrank the monitor's.
 """
@@ -19,16 +19,16 @@ from pathlib import Path
 from aiohttp import web
 
 from collector.app import build_app
-from collector.demo.agents import SimulatedDirectory, run_agent
-from collector.demo.cluster import build_cluster
-from collector.demo.families import MONITORS
-from collector.demo.monitors import MonitorFarm
-from collector.demo.node import SimulatedNode
 from collector.schema import Flavour
 from collector.settings import CollectorSettings
 from core import logs
 from core.settings import parse_listen
 from core.tasks import owned
+from simulator.agents import SimulatedDirectory, run_agent
+from simulator.cluster import build_cluster
+from simulator.families import MONITORS
+from simulator.monitors import MonitorFarm
+from simulator.node import SimulatedNode
 
 DRA_NODES = 2
 

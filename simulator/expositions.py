@@ -1,7 +1,7 @@
 """The samples each simulated monitor serves for its node, flavour by flavour.
 
 Label names, their order and the zone label come from
-:data:`~collector.demo.families.MONITOR_METRICS`; this module decides which
+:data:`~simulator.families.MONITOR_METRICS`; this module decides which
 families a flavour fills from which readings.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from collector.demo.devices import Allocation, Card, MigSlice
-from collector.demo.families import BUILD_INFO, KAI_SHARING_ANNOTATIONS, MONITOR_METRICS, ZONE
-from collector.demo.textformat import MonitorSample
+from simulator.devices import Allocation, Card, MigSlice
+from simulator.families import BUILD_INFO, KAI_SHARING_ANNOTATIONS, MONITOR_METRICS, ZONE
+from simulator.textformat import MonitorSample
 
 _Emit = Callable[[str, Sequence[str], float], None]
 """Record one sample: family name, variable label values in the family's order, value."""

@@ -11,18 +11,18 @@ import math
 import random
 from collections.abc import Sequence
 
-from collector.demo.devices import Allocation, Card
-from collector.demo.expositions import monitor_samples, visible_allocations
-from collector.demo.families import MONITOR_METRICS, MONITORS
-from collector.demo.textformat import MonitorSample, render_exposition
-from collector.demo.workload import MIB, Profile, Slot, draw_kai_annotation, new_pod, new_profile
+from simulator.devices import Allocation, Card
+from simulator.expositions import monitor_samples, visible_allocations
+from simulator.families import MONITOR_METRICS, MONITORS
+from simulator.textformat import MonitorSample, render_exposition
+from simulator.workload import MIB, Profile, Slot, draw_kai_annotation, new_pod, new_profile
 
 WEIRD_SUFFIX = ' q"uote b\\ack n\nl {br},c=v ü中'
 """Appended to namespace, pod and container while a node's ``weird_labels`` is on."""
 
 
 class SimulatedNode:
-    """One GPU node and the monitor running on it, one of :data:`~collector.demo.families.MONITORS`."""
+    """One GPU node and the monitor running on it, one of :data:`~simulator.families.MONITORS`."""
 
     CHURN_PERIOD_S = 60
     """Pods may end (and be replaced) once per this many seconds of simulated time."""
@@ -49,7 +49,7 @@ class SimulatedNode:
             raise ValueError(f"node {name}: allocations reference unknown cards {sorted(missing)}")
         self.name = name
         self.flavour = flavour
-        """The monitor version this node runs, one of :data:`~collector.demo.families.MONITORS`."""
+        """The monitor version this node runs, one of :data:`~simulator.families.MONITORS`."""
         self.cards: list[Card] = list(cards)
         self.allocations: list[Allocation] = list(allocations)
         self.seed = seed
