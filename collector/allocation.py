@@ -28,6 +28,8 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from collector import labelsets
+
 MIB = 1 << 20
 HAMI_ALLOCATED = ("hami.io/vgpu-devices-allocated", "4pd.io/vgpu-ids-new")
 VOLCANO_ALLOCATED = "volcano.sh/vgpu-ids-new"
@@ -192,7 +194,7 @@ def _segment(container: str, segment: str, kind: str) -> list[Grant]:
             raise Malformed("number", f"device {device!r}: memory or cores not a number") from None
         if mib < 0 or not 0 <= cores <= 100:
             raise Malformed("range", f"device {device!r}: memory or cores out of range")
-        uuid = _MIG_SUFFIX.sub("", fields[0])[:40]
+        uuid = labelsets.device_uuid(_MIG_SUFFIX.sub("", fields[0]))
         out.append(Grant(container, index, uuid, float(mib * MIB), cores / 100, kind))
     return out
 

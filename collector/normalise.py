@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from collector import schema
+from collector import labelsets, schema
 from collector.batch import Batch
 from collector.exposition.parse import (
     Frame,
@@ -22,7 +22,6 @@ from collector.exposition.parse import (
     parse_series,
     parse_value,
 )
-from collector.exposition.render import series_key
 from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
 
 
@@ -198,8 +197,8 @@ class Normaliser:
                 rest.pop(k, None)
             for label, size in sizes.items():
                 family = schema.MEMORY_BREAKDOWN[label]
-                breakdown.append((series_key(family, rest.items()), parse_value(size.encode())))
-        key = series_key(name, rest.items())
+                breakdown.append((labelsets.key(family, rest.items()), parse_value(size.encode())))
+        key = labelsets.key(name, rest.items())
         if key == raw:
             key = raw  # share the monitor's own text: most canonical series arrive as they are kept
         if breakdown or conflict:

@@ -112,9 +112,6 @@ ALLOCATION_READINGS: tuple[tuple[str, str], ...] = (
 )
 """The per-vGPU families of the pod watch, labelled as the usage of that vGPU is."""
 
-ZONE = ("zone", "vGPU")
-"""The constant label HAMi's monitors put on every series of their collector."""
-
 CARD_READINGS: tuple[tuple[str, str], ...] = (
     ("memory_used", "hami_host_gpu_memory_used_bytes"),
     ("memory_total", "hami_host_gpu_memory_total_bytes"),

@@ -18,10 +18,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from collector import __version__
+from collector import __version__, labelsets
 from collector.allocation import REASONS
 from collector.batch import Batch, Source
-from collector.exposition.render import format_value, render_header, series_key
+from collector.exposition.render import format_value, render_header
 from collector.schema import Flavour
 from collector.store import Store
 from collector.tsdb.history import History
@@ -212,7 +212,7 @@ class SelfMetrics:
             for sample in metric.samples:
                 node = sample.labels.get("node", "")
                 labels = [(name, value) for name, value in sample.labels.items() if name != "node"]
-                by_node.setdefault(node, {})[series_key(sample.name, labels)] = sample.value
+                by_node.setdefault(node, {})[labelsets.key(sample.name, labels)] = sample.value
         for node, key, value in itertools.chain(self._feeding.series(), self._sources.series()):
             by_node.setdefault(node, {})[key] = value
         return by_node
@@ -245,8 +245,8 @@ class _SourceTable:
             labels = (("kind", source.kind), ("source", source.name))
             keys, bare = {}, {}
             for name, _ in _SOURCE_FAMILIES:
-                keys[name] = series_key(_PREFIX + name, (*labels, ("node", source.node)))
-                bare[name] = series_key(_PREFIX + name, labels)
+                keys[name] = labelsets.key(_PREFIX + name, (*labels, ("node", source.node)))
+                bare[name] = labelsets.key(_PREFIX + name, labels)
             known = self._keys[source.id] = (source, keys, bare)
         self._values.setdefault(source.id, {}).update(values)
         self._unrendered.setdefault(source.id, {}).update(values)
@@ -326,8 +326,8 @@ class _Feeding:
             known = self._lines.get(node)
             if known is None or known[0] != winner:
                 labels = (("kind", winner.kind), ("source", winner.name))
-                line = series_key(self._NAME, (*labels, ("node", node))) + b" 1.0\n"
-                self._lines[node] = (winner, line, series_key(self._NAME, labels))
+                line = labelsets.key(self._NAME, (*labels, ("node", node))) + b" 1.0\n"
+                self._lines[node] = (winner, line, labelsets.key(self._NAME, labels))
 
 
 _HISTORY_SIZE_EVERY_S = 60.0

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MONITOR_UUID_LENGTH = 40
+"""How much of a UUID the simulated monitors publish, as HAMi's do (spelt here, not taken from
+the collector: the simulator plays the upstream monitor that the collector is tested against)."""
+
 
 @dataclass(slots=True)
 class Card:
@@ -29,7 +33,7 @@ class Card:
     @property
     def device_uuid(self) -> str:
         """The ``device_uuid`` / ``deviceuuid`` label value."""
-        return self.uuid[:40]
+        return self.uuid[:MONITOR_UUID_LENGTH]
 
 
 @dataclass(frozen=True, slots=True)

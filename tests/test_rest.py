@@ -166,6 +166,7 @@ async def test_node_detail_puts_each_container_on_its_card() -> None:
                 assert shown["device_type"] == (
                     None if node.flavour == "volcano" else card.device_type
                 )
+                assert shown["model"] == (None if node.flavour == "volcano" else card.name)
                 assert shown["memory_used_bytes"] == card.memory_used
                 assert shown["memory_total_bytes"] is None
                 assert shown["utilization_percent"] == card.utilization

@@ -50,11 +50,6 @@ def key_labels(key: bytes) -> tuple[str, Labels]:
     return key[:brace].decode(), labels
 
 
-def key_name(key: bytes) -> str:
-    """Return the metric name of a series key."""
-    return key[: key.index(b"{")].decode()
-
-
 def node_suffix(node: str, external: Iterable[tuple[str, str]] = ()) -> tuple[bytes, bytes]:
     """Return what closes a key with the ``node`` label: after other labels, or alone.
 

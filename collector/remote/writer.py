@@ -21,9 +21,8 @@ from functools import partial
 
 import aiohttp
 
-from collector import schema
+from collector import labelsets, schema
 from collector.exposition.parse import parse
-from collector.exposition.render import series_key
 from collector.remote.encode import Heads, Labels
 from collector.remote.queue import Destination, QueueConfig
 from collector.remote.stats import RemoteStats
@@ -69,7 +68,7 @@ class RemoteWriter:
     def own(self, metrics: SelfMetrics, now: float) -> None:
         """Queue our own series as they are now, and markers for those that went."""
         series = {
-            series_key(sample.name, sample.labels): sample.value
+            labelsets.key(sample.name, sample.labels): sample.value
             for sample in parse(b"".join(metrics.render(False))).samples
         }
         gone = self._own - series.keys()

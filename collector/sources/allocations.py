@@ -23,16 +23,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from collector import schema
+from collector import labelsets, schema
 from collector.allocation import Grant
 from collector.batch import Batch, Source
-from collector.exposition.render import series_key
 from collector.schema import SourceKind
 from collector.sources.pods import Holding, PodDirectory, PodRef
 from collector.store import NodeView, Store
 
 _STAND_INS = (schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION)
-_LIMIT = schema.VGPU_MEMORY_LIMIT.encode()
+_VGPU_FAMILIES = (schema.VGPU_MEMORY_LIMIT, schema.LAST_KERNEL, schema.IDLE, *_STAND_INS)
+"""The families of a vGPU the allocation source reads or writes beside the allocated ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,41 +219,21 @@ def node_batch(
 def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
     fixed: list[tuple[bytes, float]] = []
     for kind, container in sorted({(g.kind, g.container) for g in grants}):
-        info = (
-            ("container", container),
-            ("namespace", namespace),
-            ("pod", pod),
-            ("resource_kind", kind),
-        )
-        fixed.append((series_key(schema.GPU_INFO, info), 1.0))
+        info = labelsets.container_info(namespace, pod, container, kind)
+        fixed.append((labelsets.key(schema.GPU_INFO, info), 1.0))
     vgpus = []
     for grant in grants:
-        # Every family of a vGPU shares its label text (labels in sorted order): made once.
-        text = series_key("", _vgpu_labels(namespace, pod, grant))
+        labels = labelsets.vgpu(
+            namespace, pod, grant.container, grant.vdevice_index, grant.device_uuid
+        )
+        allocated, cores, limit, last_kernel, idle, *stand_ins = labelsets.keys(
+            (schema.MEMORY_ALLOCATED, schema.CORE_ALLOCATED, *_VGPU_FAMILIES), labels
+        )
         if grant.memory is not None:
-            fixed.append((schema.MEMORY_ALLOCATED.encode() + text, grant.memory))
+            fixed.append((allocated, grant.memory))
         if grant.cores is not None:
-            fixed.append((schema.CORE_ALLOCATED.encode() + text, grant.cores))
+            fixed.append((cores, grant.cores))
         if grant.kind != "whole":  # no HAMi-core region: neither usage to stand in for nor kernels
-            vgpus.append(
-                _VgpuKeys(
-                    tuple(name.encode() + text for name in _STAND_INS),
-                    schema.LAST_KERNEL.encode() + text,
-                    schema.IDLE.encode() + text,
-                    None
-                    if grant.memory is not None
-                    else (_LIMIT + text, schema.MEMORY_ALLOCATED.encode() + text),
-                )
-            )
+            own_limit = None if grant.memory is not None else (limit, allocated)
+            vgpus.append(_VgpuKeys(tuple(stand_ins), last_kernel, idle, own_limit))
     return _PodKeys(tuple(fixed), tuple(vgpus))
-
-
-def _vgpu_labels(namespace: str, pod: str, grant: Grant) -> tuple[tuple[str, str], ...]:
-    return (
-        ("container", grant.container),
-        ("device_uuid", grant.device_uuid),
-        ("namespace", namespace),
-        ("pod", pod),
-        ("vdevice_index", str(grant.vdevice_index)),
-        schema.ZONE,
-    )

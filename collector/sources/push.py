@@ -17,10 +17,8 @@ from operator import attrgetter
 from aiohttp import web
 from pydantic import ValidationError
 
-from collector import schema
+from collector import labelsets, schema
 from collector.batch import Batch, Series, Source
-from collector.exposition.parse import Labels
-from collector.exposition.render import series_key
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.auth import Authenticator, AuthError
@@ -51,16 +49,17 @@ def to_batch(
     """Attribute a payload's readings and make their canonical series; return the batch and the unowned regions.
 
     Cards and vGPUs are labelled as a HAMi v2.10 monitor labels them
-    (``device_type`` = "NVIDIA-" + NVML name, the first 40 characters of a UUID);
-    a region whose pod or claim is unknown, or on another node, is dropped; a
-    reading NVML could not read (None) makes no series. ``samples`` counts the
-    readings offered, those dropped with their region included. ``keys`` are
-    the node's keys of its previous push (kept by the caller, one per node).
+    (:mod:`collector.labelsets`); a region whose pod or claim is unknown, or
+    on another node, is dropped; a reading NVML could not read (None) makes
+    no series. ``samples`` counts the readings offered, those dropped with
+    their region included. ``keys`` are the node's keys of its previous push
+    (kept by the caller, one per node).
     """
-    idents: list[_Ident] = []
+    cards: list[CardIdent] = []
+    vgpus: list[VgpuIdent] = []
     values: list[float | None] = []
     for card in payload.cards:
-        idents.append((card.index, card.name, card.uuid))
+        cards.append((card.index, card.name, card.uuid))
         values += _card_values(card)
     unowned = dropped = 0
     node, now = payload.node, int(payload.time)
@@ -75,10 +74,10 @@ def to_batch(
         if region.last_kernel_time:
             elapsed = max(now - region.last_kernel_time, 0)
         for device in region.devices:
-            idents.append((container, device.uuid, pod.namespace, pod.name, device.index))
+            vgpus.append((pod.namespace, pod.name, container, device.index, device.uuid))
             values += _device_values(device)
             values.append(elapsed)
-    flat, unique = (keys or SeriesKeys()).of(tuple(idents))
+    flat, unique = (keys or SeriesKeys()).of(tuple(cards), tuple(vgpus))
     offered = len(values) - values.count(None)
     series: Mapping[bytes, float]
     if unique and offered == len(values):
@@ -98,8 +97,12 @@ def to_batch(
     )
 
 
-_Ident = tuple[int, str, str] | tuple[str, str, str, str, int]
-"""What labels a card (index, NVML name, UUID) or a vGPU (container, UUID, namespace, pod, index)."""
+CardIdent = tuple[int, str, str]
+"""What labels a card: the arguments of :func:`labelsets.card` (index, NVML name, UUID)."""
+VgpuIdent = tuple[str, str, str, int, str]
+"""What labels a vGPU: the arguments of :func:`labelsets.vgpu` (namespace, pod, container,
+index, UUID). Plain tuples, not records: a push makes dozens and compares them all
+(a NamedTuple costs 6x a tuple to make, ~5% of a push)."""
 
 
 class SeriesKeys:
@@ -107,49 +110,37 @@ class SeriesKeys:
 
     A node's cards and vGPUs keep their labels from one snapshot to the next,
     so the keys are made once: a push whose cards and vGPUs are those of the
-    previous one takes the previous keys whole (one tuple comparison); a
+    previous one takes the previous keys whole (two tuple comparisons); a
     changed one makes keys only for its new cards and vGPUs.
     """
 
-    __slots__ = ("_flat", "_groups", "_idents", "_unique")
+    __slots__ = ("_cards", "_flat", "_groups", "_unique", "_vgpus")
 
     def __init__(self) -> None:
-        self._idents: tuple[_Ident, ...] = ()
+        self._cards: tuple[CardIdent, ...] = ()
+        self._vgpus: tuple[VgpuIdent, ...] = ()
         self._flat: tuple[bytes, ...] = ()
         self._unique = True
-        self._groups: dict[_Ident, tuple[bytes, ...]] = {}
+        self._groups: dict[CardIdent | VgpuIdent, tuple[bytes, ...]] = {}
 
-    def of(self, idents: tuple[_Ident, ...]) -> tuple[tuple[bytes, ...], bool]:
-        """The keys of every reading of these cards and vGPUs, in the order ``to_batch``
-        lists values, and whether no key repeats (two regions may name one vGPU)."""
-        if idents != self._idents:
-            groups = {ident: self._groups.get(ident) or _group_keys(ident) for ident in idents}
-            self._idents, self._groups = idents, groups
-            self._flat = tuple(key for ident in idents for key in groups[ident])
+    def of(
+        self, cards: tuple[CardIdent, ...], vgpus: tuple[VgpuIdent, ...]
+    ) -> tuple[tuple[bytes, ...], bool]:
+        """The keys of every reading of these cards, then these vGPUs, in the order
+        ``to_batch`` lists values, and whether no key repeats (two regions may name one vGPU)."""
+        if cards != self._cards or vgpus != self._vgpus:
+            old = self._groups
+            groups: dict[CardIdent | VgpuIdent, tuple[bytes, ...]] = {}
+            for ident in cards:
+                groups[ident] = old.get(ident) or labelsets.keys(
+                    _CARD_ORDER, labelsets.card(*ident)
+                )
+            for vgpu in vgpus:
+                groups[vgpu] = old.get(vgpu) or labelsets.keys(_VGPU_ORDER, labelsets.vgpu(*vgpu))
+            self._cards, self._vgpus, self._groups = cards, vgpus, groups
+            self._flat = tuple(key for ident in (*cards, *vgpus) for key in groups[ident])
             self._unique = len(set(self._flat)) == len(self._flat)
         return self._flat, self._unique
-
-
-def _group_keys(ident: _Ident) -> tuple[bytes, ...]:
-    if len(ident) == 3:
-        index, name, uuid = ident
-        labels: Labels = (
-            ("device_index", str(index)),
-            ("device_type", f"NVIDIA-{name}"),
-            ("device_uuid", uuid[:40]),
-        )
-        families = _CARD_ORDER
-    else:
-        container, uuid, namespace, pod, index = ident
-        labels = (
-            ("container", container),
-            ("device_uuid", uuid[:40]),
-            ("namespace", namespace),
-            ("pod", pod),
-            ("vdevice_index", str(index)),
-        )
-        families = _VGPU_ORDER
-    return tuple(series_key(family, (*labels, schema.ZONE)) for family in families)
 
 
 def _owner(region: Region, pods: PodDirectory) -> tuple[PodRef, str] | None:

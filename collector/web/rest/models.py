@@ -143,6 +143,9 @@ class CardUsage(_Model):
     index: int | None
     device_uuid: str
     device_type: str | None = Field(description="null for Volcano, which sends none")
+    model: str | None = Field(
+        description="the card's model as a person reads it (device_type without the vendor prefix HAMi doubles)"
+    )
     memory_used_bytes: int | None
     memory_total_bytes: int | None
     utilization_percent: float | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from collector import labelsets
 from collector.web.rest.models import (
     CardUsage,
     ContainerRow,
@@ -166,6 +167,7 @@ class Presented:
                 index=c.device_index,
                 device_uuid=c.device_uuid,
                 device_type=c.device_type,
+                model=None if c.device_type is None else labelsets.card_model(c.device_type),
                 memory_used_bytes=c.memory_used,
                 memory_total_bytes=c.memory_total,
                 utilization_percent=c.utilization,

@@ -1,0 +1,91 @@
+"""The canonical label sets of every series the collector makes, and the one way to key them.
+
+Three producers make series: the monitor normaliser (labels renamed from a
+monitor's text), the push receiver (agents' raw readings) and the allocation
+source (the pod watch). Each builds its keys here, so a container's usage and
+its allocation carry the very same labels and ``used / allocated`` joins one to
+one whichever source fed the usage. A key is the exposition text of the name
+and the labels sorted by name, without ``node`` (the store's renderer adds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from collector.exposition.parse import Labels
+from collector.exposition.render import series_key
+
+UUID_LENGTH = 40
+"""HAMi's monitors label a device with the first 40 characters of its UUID (a MIG UUID is
+longer); every producer cuts the same way, or a pushed card and a pulled one would not be one."""
+
+ZONE = ("zone", "vGPU")
+"""The constant label HAMi's monitors put on every series of their collector."""
+
+_VENDOR = "NVIDIA-"
+
+
+def device_uuid(uuid: str) -> str:
+    """The ``device_uuid`` label value of a card or MIG UUID as NVML or HAMi-core give it."""
+    return uuid[:UUID_LENGTH]
+
+
+def device_type(nvml_name: str) -> str:
+    """The ``device_type`` label value: ``"NVIDIA-"`` and the NVML name, as HAMi's monitors
+    spell it (NVML names start with "NVIDIA" already, so the value reads ``NVIDIA-NVIDIA H200``;
+    kept, or a pushed card would not be the same series as the monitor's)."""
+    return _VENDOR + nvml_name
+
+
+def card_model(device_type: str) -> str:
+    """The card's model as a person reads it, the NVML name: ``NVIDIA H200``, ``Tesla T4``."""
+    return device_type.removeprefix(_VENDOR)
+
+
+def card(index: int, nvml_name: str, uuid: str) -> Labels:
+    """The labels of a physical card's series (``hami_host_gpu_*``)."""
+    return (
+        ("device_index", str(index)),
+        ("device_type", device_type(nvml_name)),
+        ("device_uuid", device_uuid(uuid)),
+        ZONE,
+    )
+
+
+def vgpu(namespace: str, pod: str, container: str, vdevice_index: int, uuid: str) -> Labels:
+    """The labels of one container's vGPU: its usage series and its allocation series alike."""
+    return (
+        ("container", container),
+        ("device_uuid", device_uuid(uuid)),
+        ("namespace", namespace),
+        ("pod", pod),
+        ("vdevice_index", str(vdevice_index)),
+        ZONE,
+    )
+
+
+def container_info(namespace: str, pod: str, container: str, resource_kind: str) -> Labels:
+    """The labels of a container's allocation info series (``hami_container_gpu_info``)."""
+    return (
+        ("container", container),
+        ("namespace", namespace),
+        ("pod", pod),
+        ("resource_kind", resource_kind),
+    )
+
+
+def key(family: str, labels: Iterable[tuple[str, str]]) -> bytes:
+    """The series key of ``family`` with ``labels`` (any order; ``node`` left out)."""
+    return series_key(family, labels)
+
+
+def text(labels: Iterable[tuple[str, str]]) -> bytes:
+    """The labels' part of a key, ``{...}``: families that share a label set share it, so
+    ``family.encode() + text`` is :func:`key` without sorting and escaping again."""
+    return series_key("", labels)
+
+
+def keys(families: Sequence[str], labels: Labels) -> tuple[bytes, ...]:
+    """The keys of several families of one label set, in ``families`` order."""
+    shared = text(labels)
+    return tuple(family.encode() + shared for family in families)
