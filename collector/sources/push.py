@@ -138,7 +138,11 @@ class SeriesKeys:
             for vgpu in vgpus:
                 groups[vgpu] = old.get(vgpu) or labelsets.keys(_VGPU_ORDER, labelsets.vgpu(*vgpu))
             self._cards, self._vgpus, self._groups = cards, vgpus, groups
-            self._flat = tuple(key for ident in (*cards, *vgpus) for key in groups[ident])
+            idents: tuple[CardIdent | VgpuIdent, ...] = (
+                *cards,
+                *vgpus,
+            )  # repeats kept: one per value
+            self._flat = tuple(key for ident in idents for key in groups[ident])
             self._unique = len(set(self._flat)) == len(self._flat)
         return self._flat, self._unique
 
