@@ -11,7 +11,9 @@ import itertools
 import math
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Concatenate, ParamSpec
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -27,6 +29,8 @@ from collector.store import Store
 from collector.tsdb.history import History
 from core.registry import WithoutCreated
 
+P = ParamSpec("P")
+
 _PREFIX = "hami_usage_collector_"
 _SOURCE_FAMILIES = (
     ("source_up", "1 if the source's latest scrape or push succeeded."),
@@ -39,11 +43,33 @@ _SOURCE_FAMILIES = (
 )
 
 
+def _records(
+    method: Callable[Concatenate[SelfMetrics, P], None],
+) -> Callable[Concatenate[SelfMetrics, P], None]:
+    """Mark a method that changes our metrics: the one way ``version`` moves."""
+
+    def record(self: SelfMetrics, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        method(self, *args, **kwargs)
+        self._version += 1
+
+    record.__name__, record.__doc__ = method.__name__, method.__doc__
+    return record
+
+
 class SelfMetrics:
-    """Counters and per-source gauges; ``version`` changes whenever one of them does."""
+    """Counters and per-source gauges; ``version`` changes whenever one of them does.
+
+    Every change comes through a method marked :func:`_records`: a page that
+    caches our lines rebuilds them when ``version`` moved.
+    """
+
+    @property
+    def version(self) -> int:
+        """Changes whenever a recording method ran."""
+        return self._version
 
     def __init__(self, store: Store) -> None:
-        self.version = 0
+        self._version = 0
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.targets = Gauge(
@@ -114,6 +140,7 @@ class SelfMetrics:
         r.register(_StoreCollector(store))
         r.register(_TaskCollector())
 
+    @_records
     def scraped(self, source: Source, duration: float, batch: Batch, wall: float) -> None:
         """Record a good scrape."""
         self._sources.set(
@@ -125,6 +152,7 @@ class SelfMetrics:
         )
         self._accepted(batch)
 
+    @_records
     def pushed(self, source: Source, batch: Batch, unowned: int, wall: float) -> None:
         """Record an accepted push; ``unowned`` regions had no live pod or claim."""
         self._sources.set(
@@ -136,22 +164,29 @@ class SelfMetrics:
         self.unowned.inc(unowned)
         self._accepted(batch)
 
+    @_records
+    def discovered(self, counts: Mapping[Flavour, int]) -> None:
+        """Record how many scrape targets of each flavour are known."""
+        for flavour, count in counts.items():
+            self.targets.labels(flavour).set(count)
+
+    @_records
     def skipped(self, count: int) -> None:
         """Record how many discovered targets belong to other shards."""
         self.other_shards.set(count)
-        self.version += 1
 
+    @_records
     def push_refused(self, reason: str) -> None:
         """Record a refused push."""
         self.refused.labels(reason).inc()
-        self.version += 1
 
+    @_records
     def failed(self, source: Source, duration: float, reason: str) -> None:
         """Record a failed scrape; ``reason`` is a short fixed word (timeout, http, parse, ...)."""
         self._sources.set(source, source_up=0, source_scrape_duration_seconds=duration)
         self.errors.labels(source.kind, reason).inc()
-        self.version += 1
 
+    @_records
     def restarted(self, task: str) -> None:
         """Count a restart of a crashed task; ``task`` names its kind, not the one task.
 
@@ -161,12 +196,11 @@ class SelfMetrics:
         targets come and go. Logs and ``/healthz`` name the task itself.
         """
         self.restarts.labels(task).inc()
-        self.version += 1
 
+    @_records
     def allocation_malformed(self, reason: str) -> None:
         """Count a part of a pod's allocation left out; ``reason`` is one of ``REASONS``."""
         self.allocation_errors.labels(reason).inc()
-        self.version += 1
 
     def _accepted(self, batch: Batch) -> None:
         # most batches have none of these: an increment takes the counter's lock
@@ -176,16 +210,15 @@ class SelfMetrics:
             self.duplicates.inc(batch.duplicates)
         if batch.dropped:
             self.dropped.inc(batch.dropped)
-        self.version += 1
 
+    @_records
     def changed(self) -> None:
         """Note that a family registered from outside (remote write's) changed: rebuild the page."""
-        self.version += 1
 
+    @_records
     def forget(self, source: Source) -> None:
         """Drop a removed source's series: ours forget what is gone too."""
         self._sources.forget(source)
-        self.version += 1
 
     def render(self, openmetrics: bool) -> list[bytes]:
         """Render our own metrics; the OpenMetrics form without its ``# EOF``.
@@ -231,7 +264,7 @@ class _SourceTable:
         # Keyed by the source's id, not the Source: an agent restarted under a new
         # instance name is the same source renamed, so its old lines must go, not linger.
         self._values: dict[str, dict[str, float]] = {}
-        self._keys: dict[str, tuple[Source, dict[str, bytes], dict[str, bytes]]] = {}
+        self._keys: dict[str, _SourceKeys] = {}
         # per family, each source's line: a page build copies each family's lines in one go
         self._lines: dict[str, dict[str, bytes]] = {name: {} for name, _ in _SOURCE_FAMILIES}
         # values set since the last render, by source id, in the order they were first set
@@ -239,7 +272,7 @@ class _SourceTable:
 
     def set(self, source: Source, **values: float) -> None:
         known = self._keys.get(source.id)
-        if known is None or known[0] != source:
+        if known is None or known.source != source:
             if known is not None:  # renamed or moved: its old labels describe nothing now
                 self.forget(source)
             labels = (("kind", source.kind), ("source", source.name))
@@ -247,7 +280,7 @@ class _SourceTable:
             for name, _ in _SOURCE_FAMILIES:
                 keys[name] = labelsets.key(_PREFIX + name, (*labels, ("node", source.node)))
                 bare[name] = labelsets.key(_PREFIX + name, labels)
-            known = self._keys[source.id] = (source, keys, bare)
+            self._keys[source.id] = _SourceKeys(source, keys, bare)
         self._values.setdefault(source.id, {}).update(values)
         self._unrendered.setdefault(source.id, {}).update(values)
 
@@ -260,7 +293,7 @@ class _SourceTable:
 
     def _render_new(self) -> None:
         for source_id, values in self._unrendered.items():
-            keys = self._keys[source_id][1]
+            keys = self._keys[source_id].keys
             for name, value in values.items():
                 self._lines[name][source_id] = b"%s %s\n" % (keys[name], format_value(value))
         self._unrendered.clear()
@@ -268,9 +301,9 @@ class _SourceTable:
     def series(self) -> Iterator[tuple[str, bytes, float]]:
         """Each source's series: its node, the key without ``node``, the value."""
         for source_id, values in self._values.items():
-            source, _, bare = self._keys[source_id]
+            known = self._keys[source_id]
             for name, value in values.items():
-                yield source.node, bare[name], value
+                yield known.source.node, known.bare[name], value
 
     def __len__(self) -> int:
         return len(self._values)
@@ -282,6 +315,24 @@ class _SourceTable:
             parts.append(render_header(_PREFIX + name, "gauge", help_text, openmetrics))
             parts += self._lines[name].values()
         return parts
+
+
+@dataclass(frozen=True, slots=True)
+class _SourceKeys:
+    """A source's keys per family: with ``node`` (its lines) and without (its series)."""
+
+    source: Source
+    keys: dict[str, bytes]
+    bare: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class _WinnerLine:
+    """A node's winning source, its ``node_source_info`` line and its key without ``node``."""
+
+    source: Source
+    line: bytes
+    bare: bytes
 
 
 class _Feeding:
@@ -297,20 +348,19 @@ class _Feeding:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._synced = -1
-        # node -> (winning source, its line, its key without node)
-        self._lines: dict[str, tuple[Source, bytes, bytes]] = {}
+        self._lines: dict[str, _WinnerLine] = {}
 
     def series(self) -> Iterator[tuple[str, bytes, float]]:
         """Each node's series: the node, the key without ``node``, 1."""
         self._sync()
-        for node, (_, _, bare) in self._lines.items():
-            yield node, bare, 1.0
+        for node, known in self._lines.items():
+            yield node, known.bare, 1.0
 
     def render(self, openmetrics: bool) -> list[bytes]:
         self._sync()
         help_text = "The source whose series win for each node (value 1)."
         parts = [render_header(self._NAME, "gauge", help_text, openmetrics)]
-        parts += (line for _, line, _ in self._lines.values())
+        parts += (known.line for known in self._lines.values())
         return parts
 
     def _sync(self) -> None:
@@ -324,10 +374,10 @@ class _Feeding:
                 continue
             winner = view.sources[0].source
             known = self._lines.get(node)
-            if known is None or known[0] != winner:
+            if known is None or known.source != winner:
                 labels = (("kind", winner.kind), ("source", winner.name))
                 line = labelsets.key(self._NAME, (*labels, ("node", node))) + b" 1.0\n"
-                self._lines[node] = (winner, line, labelsets.key(self._NAME, labels))
+                self._lines[node] = _WinnerLine(winner, line, labelsets.key(self._NAME, labels))
 
 
 _HISTORY_SIZE_EVERY_S = 60.0

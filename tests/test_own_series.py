@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,26 @@ async def test_recording_many_nodes_own_series_lets_other_tasks_run() -> None:
     assert len(during) >= 3, (
         f"the other task ran only with {seen_by_other_task[:10]} series recorded"
     )
+
+
+def test_every_recording_moves_the_version_the_page_caches_on() -> None:
+    """A cached page of our own lines is rebuilt after any change, whatever recorded it."""
+    metrics = SelfMetrics(Store(stale_after=60))
+    source = Source("n1/hami", "pod hami-1", "n1", SourceKind.HAMI, 0)
+    batch = Batch({}, samples=0)
+    recordings: list[Callable[[], None]] = [
+        lambda: metrics.scraped(source, 0.1, batch, 1.0),
+        lambda: metrics.pushed(source, batch, 0, 1.0),
+        lambda: metrics.discovered({}),
+        lambda: metrics.skipped(3),
+        lambda: metrics.push_refused("invalid"),
+        lambda: metrics.failed(source, 0.1, "timeout"),
+        lambda: metrics.restarted("scrape"),
+        lambda: metrics.allocation_malformed("number"),
+        lambda: metrics.changed(),
+        lambda: metrics.forget(source),
+    ]
+    for record in recordings:
+        before = metrics.version
+        record()
+        assert metrics.version > before

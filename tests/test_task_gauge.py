@@ -29,7 +29,7 @@ async def test_the_gauge_counts_the_tasks_alive_when_the_page_is_built() -> None
     assert before >= 1  # this test's own task
     stop = asyncio.Event()
     extra = [asyncio.create_task(stop.wait()) for _ in range(5)]
-    metrics.version += 1  # something changed: the page is built again
+    metrics.changed()  # something changed: the page is built again
     during = _tasks(b"".join(await page.body(openmetrics=False, compressed=False)))
     stop.set()
     await asyncio.gather(*extra)

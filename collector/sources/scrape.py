@@ -336,5 +336,4 @@ class ScrapeManager:
         counts = dict.fromkeys(Flavour, 0)
         for target in self._loops:
             counts[target.flavour] += 1
-        for flavour, count in counts.items():
-            self._metrics.targets.labels(flavour).set(count)
+        self._metrics.discovered(counts)
