@@ -176,7 +176,7 @@ class Normaliser:
 
     def _keep(self, layout: Layout, frame: Frame) -> None:
         self._layout, self._frame = layout, frame
-        if len(self._shapes) > layout.counts[0] + 64:
+        if len(self._shapes) > layout.counts.samples + 64:
             self._shapes.clear()  # shapes of pods gone; the live ones are learnt again
 
     def _entry(self, raw: bytes, name: str, labels: Labels) -> Entry:

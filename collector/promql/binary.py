@@ -9,6 +9,8 @@ earliest such step wins (its checks run step by step).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .arrays import (
@@ -141,9 +143,16 @@ def vector_vector(node: BinaryNode, lhs: Vec, rhs: Vec) -> Vec:
     return _unique(out, failure)
 
 
+class Failure(NamedTuple):
+    """A query error and the step it happens at: Prometheus reports the earliest."""
+
+    step: int
+    error: QueryError
+
+
 def _one_side_clash(
     node: BinaryNode, one: Vec, by_sig: dict[Labels, list[int]], active: BoolArray, side: str
-) -> tuple[int, QueryError] | None:
+) -> Failure | None:
     """The first step where two series of the "one" side share a signature, with Prometheus' error."""
     step: int | None = None
     for rows in by_sig.values():
@@ -166,12 +175,12 @@ def _one_side_clash(
                 f"[{labels_str(labels)}, {labels_str(seen[sig])}]"
                 ";many-to-many matching not allowed: matching labels must be unique on one side",
             )
-            return step, error
+            return Failure(step, error)
         seen[sig] = labels
     raise AssertionError("a clash was found but not located")
 
 
-def _match_clash(node: BinaryNode, out: Vec, sigs: list[Labels]) -> tuple[int, QueryError] | None:
+def _match_clash(node: BinaryNode, out: Vec, sigs: list[Labels]) -> Failure | None:
     """The first step where one signature matched twice (one-to-one) or gave one result twice."""
     if node.card == "one-to-one":
         keys: list[object] = list(sigs)
@@ -180,29 +189,27 @@ def _match_clash(node: BinaryNode, out: Vec, sigs: list[Labels]) -> tuple[int, Q
         keys = list(zip(sigs, out.labels, strict=True))
         message = "multiple matches for labels: grouping labels must ensure unique matches"
     step = first_overlap(out, duplicate_rows(keys))
-    return None if step is None else (step, QueryError("execution", message))
+    return None if step is None else Failure(step, QueryError("execution", message))
 
 
-def _earliest(
-    a: tuple[int, QueryError] | None, b: tuple[int, QueryError] | None
-) -> tuple[int, QueryError] | None:
+def _earliest(a: Failure | None, b: Failure | None) -> Failure | None:
     """The failure at the earlier step; at the same step the first one (checked first)."""
     if a is None:
         return b
     if b is None:
         return a
-    return b if b[0] < a[0] else a
+    return b if b.step < a.step else a
 
 
-def _unique(vec: Vec, failure: tuple[int, QueryError] | None) -> Vec:
+def _unique(vec: Vec, failure: Failure | None) -> Vec:
     """Prometheus' per-step check of the result after the operator's own, in step order."""
     vec = vec.compact()
     groups = duplicate_rows(vec.labels)
     clash = first_overlap(vec, groups)
     if clash is not None:
-        failure = _earliest(failure, (clash, QueryError("execution", SAME_LABELSET)))
+        failure = _earliest(failure, Failure(clash, QueryError("execution", SAME_LABELSET)))
     if failure is not None:
-        raise failure[1]
+        raise failure.error
     return merge_rows(vec, groups)
 
 

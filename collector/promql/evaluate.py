@@ -167,8 +167,8 @@ class Evaluator:
         every = [labels for b in blocks for labels in b.labels]
         if node.name != "last_over_time":
             every = [drop_name(labels) for labels in every]
-        values = np.concatenate([p[0] for p in parts])
-        present = np.concatenate([p[1] for p in parts])
+        values = np.concatenate([v for v, _ in parts])
+        present = np.concatenate([p for _, p in parts])
         maps = lookup.maps_of(blocks)
         return unique_overall(Vec(every, values, present, lookup.rank_of(order), maps))
 

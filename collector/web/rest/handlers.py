@@ -106,11 +106,12 @@ class RestApi:
         ]
 
         def value(item: tuple[Presented, float], field: str) -> Any:
+            presented, age = item
             if field == "data_age_seconds":
-                return item[1]
+                return age
             if field == "health":
-                return item[0].health(item[1], interval)
-            return getattr(item[0].summary, field)
+                return presented.health(age, interval)
+            return getattr(presented.summary, field)
 
         chosen = sort_and_limit(nodes, query, value)
         body = b'{"status":"success","generation":%d,"total":%d,"nodes":[%s]}' % (
@@ -153,7 +154,8 @@ class RestApi:
                 )
 
         def value(item: tuple[str, ContainerReading, bytes], field: str) -> Any:
-            return item[0] if field == "node" else getattr(item[1], READING_OF[field])
+            node, reading, _ = item
+            return node if field == "node" else getattr(reading, READING_OF[field])
 
         chosen = sort_and_limit(rows, query, value)
         body = b'{"status":"success","generation":%d,"total":%d,"containers":[%s]}' % (
