@@ -252,7 +252,9 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
         # a collection inside a query would add its pause to the answer
         app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[PROMQL].idle)),
         # what queries freed on the heap serves the next ones; it goes back once they are quiet
-        app[TASKS].running("query memory", lambda: malloc.keep_given_back(app[PROMQL].quiet)),
+        app[TASKS].running(
+            "query memory", lambda: malloc.follow_queries(app[PROMQL].busy, app[PROMQL].idle)
+        ),
     ):
         yield
 

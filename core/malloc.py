@@ -29,7 +29,6 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
-from collections.abc import Callable
 
 from numpy._core import multiarray
 
@@ -103,15 +102,26 @@ def give_back() -> bool:
     return True
 
 
-async def keep_given_back(
-    quiet: Callable[[], float], every: float = 60.0, after: float = QUIET
-) -> None:
-    """Every ``every`` seconds, :func:`give_back` if ``quiet()`` (seconds without a query) is
-    ``after`` or more."""
-    while True:
-        await asyncio.sleep(every)
-        if quiet() >= after:
+async def follow_queries(busy: asyncio.Event, idle: asyncio.Event, after: float = QUIET) -> None:
+    """The policy through the queries' comings and goings, until cancelled: :func:`for_queries`
+    once ``busy`` is set (a query holds a slot), :func:`queries_done` once ``idle`` is, and
+    :func:`give_back` when ``after`` seconds pass with ``busy`` unset.
+
+    Why a task and not the query path: the policy is the process', so its owner is the
+    application's lifecycle; a query only says that it runs.
+    """
+    await busy.wait()
+    while True:  # every wake by ``busy`` leads to for_queries, however short the query was
+        for_queries()
+        await idle.wait()
+        queries_done()
+        try:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel
+            async with asyncio.timeout(after):
+                await busy.wait()
+        except TimeoutError:
             give_back()
+            await busy.wait()
 
 
 def small_pages() -> bool:

@@ -101,26 +101,38 @@ def test_a_query_reuses_the_last_one_s_pages_which_go_back_once_given_back() -> 
 async def test_memory_goes_back_only_once_queries_are_quiet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    trims: list[float] = []
-    asked: list[float] = []
-    quiet = [malloc.QUIET - 1]
+    """The policy follows the queries: held while one runs, given back only after ``after``
+    seconds without one, and held again for the next."""
+    calls: list[str] = []
+    monkeypatch.setattr(malloc, "for_queries", lambda: calls.append("queries"))
+    monkeypatch.setattr(malloc, "queries_done", lambda: calls.append("done"))
 
-    def quiet_for() -> float:
-        asked.append(quiet[0])
-        return quiet[0]
-
-    def trim() -> bool:
-        trims.append(quiet[0])
+    def give_back() -> bool:
+        calls.append("back")
         return True
 
-    monkeypatch.setattr(malloc, "give_back", trim)
-    task = asyncio.create_task(malloc.keep_given_back(quiet_for, every=0.001))
+    monkeypatch.setattr(malloc, "give_back", give_back)
+    busy, idle = asyncio.Event(), asyncio.Event()
+    idle.set()
+    task = asyncio.create_task(malloc.follow_queries(busy, idle, after=0.05))
+
+    def query() -> None:
+        busy.set()
+        idle.clear()
+
+    def done() -> None:
+        busy.clear()
+        idle.set()
+
     try:
-        await eventually(lambda: holds(len(asked) >= 3), 5, "three ticks while queries came")
-        assert trims == []
-        quiet[0] = malloc.QUIET
-        await eventually(lambda: holds(bool(trims)), 5, "a trim once they were quiet")
-        assert trims[0] == malloc.QUIET
+        query()
+        await eventually(lambda: holds(calls == ["queries"]), 5, "held while a query runs")
+        done()
+        await eventually(lambda: holds(calls[:2] == ["queries", "done"]), 5, "the query ended")
+        await eventually(lambda: holds(calls == ["queries", "done", "back"]), 5, "given back")
+        query()
+        done()  # shorter than a loop turn: the policy still sees it
+        await eventually(lambda: holds(calls[3:] == ["queries", "done"]), 5, "the next query")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -39,7 +39,6 @@ from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher, Queryable
 from collector.web.promjson import matrix_body
-from core import malloc
 
 PREFIX = "/prometheus/api/v1"
 _STATUS = {
@@ -109,7 +108,8 @@ class PrometheusAPI:
         self.idle = asyncio.Event()
         """Set while no query holds a slot."""
         self.idle.set()
-        self._last = time.monotonic()
+        self.busy = asyncio.Event()
+        """Set while a query holds a slot (the memory policy follows it: core/malloc.py)."""
 
     @classmethod
     def from_settings(cls, store: Store, settings: CollectorSettings) -> PrometheusAPI:
@@ -192,10 +192,9 @@ class PrometheusAPI:
                 await self._slots.acquire()
         except TimeoutError:
             raise QueryError("timeout", "query timed out in query queue") from None
-        if not self.evaluating:
-            malloc.for_queries()
         self.evaluating += 1
         self.idle.clear()
+        self.busy.set()
         remaining = max(0.0, allowed - (time.monotonic() - began))
         reader = LoopReader(self._history, asyncio.get_running_loop())
         made: list[Prepared] = []
@@ -226,15 +225,9 @@ class PrometheusAPI:
     def _release(self) -> None:
         self.evaluating -= 1
         if not self.evaluating:
+            self.busy.clear()
             self.idle.set()
-            self._last = time.monotonic()
-            malloc.queries_done()
         self._slots.release()
-
-    def quiet(self) -> float:
-        """Seconds since the last query ended (since the API was made if none came); 0 while
-        one holds a slot."""
-        return 0.0 if self.evaluating else time.monotonic() - self._last
 
     async def series(self, params: _Params) -> Any:
         """The label sets of the series that match any ``match[]`` in the window."""
