@@ -74,6 +74,12 @@ def container_info(namespace: str, pod: str, container: str, resource_kind: str)
     )
 
 
+def source(kind: str, name: str) -> Labels:
+    """The labels of the collector's own series about a source (``node`` aside): provenance
+    is never a data label, so it lives on these alone."""
+    return (("kind", kind), ("source", name))
+
+
 def key(family: str, labels: Iterable[tuple[str, str]]) -> bytes:
     """The series key of ``family`` with ``labels`` (any order; ``node`` left out)."""
     return series_key(family, labels)

@@ -275,7 +275,7 @@ class _SourceTable:
         if known is None or known.source != source:
             if known is not None:  # renamed or moved: its old labels describe nothing now
                 self.forget(source)
-            labels = (("kind", source.kind), ("source", source.name))
+            labels = labelsets.source(source.kind, source.name)
             keys, bare = {}, {}
             for name, _ in _SOURCE_FAMILIES:
                 keys[name] = labelsets.key(_PREFIX + name, (*labels, ("node", source.node)))
@@ -375,7 +375,7 @@ class _Feeding:
             winner = view.sources[0].source
             known = self._lines.get(node)
             if known is None or known.source != winner:
-                labels = (("kind", winner.kind), ("source", winner.name))
+                labels = labelsets.source(winner.kind, winner.name)
                 line = labelsets.key(self._NAME, (*labels, ("node", node))) + b" 1.0\n"
                 self._lines[node] = _WinnerLine(winner, line, labelsets.key(self._NAME, labels))
 
