@@ -7,5 +7,3 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 """OpenMetrics 1.0.0 text."""
-
-JSON_CONTENT_TYPE = "application/json"
