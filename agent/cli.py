@@ -11,20 +11,56 @@ from agent import __version__
 from agent.app import Sampler, StartupError, run, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
-from core.settings import add_model_flags, load_settings, plain
+from core.settings import (
+    LISTS_NOTE,
+    ArgumentParser,
+    HelpFormatter,
+    add_model_flags,
+    load_settings,
+    plain,
+)
+
+GROUPS = {
+    "sampling": ("node", "interval", "roots", "grace", "nvml"),
+    "push": (
+        "collector",
+        "collector_shards",
+        "shard_count",
+        "token_file",
+        "backlog_seconds",
+        "backlog_bytes",
+        "push_timeout",
+    ),
+    "output and logging": ("listen", "log_format", "log_level"),
+}
+
+NO_NODE = (
+    f"invalid setting --node / {ENV_PREFIX}NODE: this node's name is required; "
+    "set --node, HAMI_AGENT_NODE or NODE_NAME"
+)
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-agent``."""
-    top = argparse.ArgumentParser(
-        prog="hami-agent", description=plain((__doc__ or "").split("\n\n")[0])
+    top = ArgumentParser(
+        prog="hami-agent",
+        description=plain((__doc__ or "").split("\n\n")[0]),
+        formatter_class=HelpFormatter,
     )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="Sample every interval and push to the collector.")
-    add_model_flags(run, AgentSettings, ENV_PREFIX)
-    sample = commands.add_parser("sample", help="Read once and print the snapshot as JSON.")
-    add_model_flags(sample, AgentSettings, ENV_PREFIX)
+    for name, summary in (
+        ("run", "Sample every interval and push to the collector."),
+        ("sample", "Read once and print the snapshot as JSON."),
+    ):
+        command = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary} {LISTS_NOTE}",
+            usage="%(prog)s [options]",
+            formatter_class=HelpFormatter,
+        )
+        add_model_flags(command, AgentSettings, ENV_PREFIX, GROUPS)
     return top
 
 
@@ -34,18 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.pop("command")
     settings = load_settings(AgentSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
+    if not settings.node:
+        print(NO_NODE, file=sys.stderr)
+        return 2
     if command == "sample":
         nvml = start_nvml(settings.nvml)
-        payload = Sampler(
-            settings.node or "unknown", settings.roots, settings.grace, nvml
-        ).snapshot()
+        payload = Sampler(settings.node, settings.roots, settings.grace, nvml).snapshot()
         print(payload.model_dump_json(indent=2))
         return 0
-    if not settings.node:
-        print(
-            "invalid setting --node / HAMI_AGENT_NODE: required (or set NODE_NAME)", file=sys.stderr
-        )
-        return 2
     try:
         asyncio.run(run(settings))
     except StartupError as exc:

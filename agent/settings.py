@@ -36,7 +36,8 @@ class AgentSettings(FileSettings):
     )
     node: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", ""),
-        description="This node's name; default: env NODE_NAME (the downward API).",
+        description="This node's name.",
+        json_schema_extra={"shown_default": "env NODE_NAME (the downward API)"},
     )
     interval: float = Field(5.0, gt=0, description="Seconds between two snapshots.")
     roots: CommaList = Field(

@@ -19,30 +19,126 @@ from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
 from core import logs
 from core.malloc import set_policy
-from core.settings import add_model_flags, load_settings, parse_listen, plain
+from core.settings import (
+    LISTS_NOTE,
+    ArgumentParser,
+    HelpFormatter,
+    add_model_flags,
+    load_settings,
+    parse_listen,
+    plain,
+)
 
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
 log = logging.getLogger(__name__)
 
 
+GROUPS = {
+    "discovery": (
+        "kubernetes",
+        "kubeconfig",
+        "targets_file",
+        "namespaces",
+        "flavours",
+        "hami_selector",
+        "volcano_selector",
+        "kai_selector",
+        "hami_port",
+        "volcano_port",
+        "kai_port",
+        "kube_request_timeout",
+        "kube_watch_timeout",
+        "allocations",
+    ),
+    "scraping": (
+        "interval",
+        "timeout",
+        "body_limit",
+        "stale_after",
+        "priority",
+        "passthrough_allow",
+        "passthrough_deny",
+    ),
+    "push (node agents)": (
+        "push_auth",
+        "push_token_file",
+        "push_audience",
+        "push_service_accounts",
+        "push_body_limit",
+        "push_max_inflight",
+    ),
+    "history and queries": (
+        "history_retention",
+        "history_max_points",
+        "lookback",
+        "query_max_samples",
+        "query_timeout",
+        "query_max_concurrency",
+    ),
+    "remote write": (
+        "remote_write_url",
+        "remote_write_bearer_token_file",
+        "remote_write_username",
+        "remote_write_password_file",
+        "remote_write_ca_file",
+        "remote_write_max_samples",
+        "remote_write_batch",
+        "remote_write_shards",
+        "remote_write_timeout",
+        "remote_write_flush_timeout",
+        "remote_write_metadata_interval",
+        "external_label",
+        "external_labels_on_metrics",
+    ),
+    "shards and replicas": ("shard_count", "shard_index", "replica"),
+    "output and logging": ("listen", "log_format", "log_level"),
+}
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
-    top = argparse.ArgumentParser(
-        prog="hami-collector", description=plain((__doc__ or "").split("\n\n")[0])
+    top = ArgumentParser(
+        prog="hami-collector",
+        description=plain((__doc__ or "").split("\n\n")[0]),
+        formatter_class=HelpFormatter,
     )
     top.add_argument("--version", action="version", version=__version__)
     commands = top.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="Collect from a cluster and serve the results.")
-    add_model_flags(serve, CollectorSettings, ENV_PREFIX)
+    serve = commands.add_parser(
+        "serve",
+        help="Collect from a cluster and serve the results.",
+        description=f"Collect from a cluster and serve the results. {LISTS_NOTE}",
+        usage="%(prog)s [options]",
+        formatter_class=HelpFormatter,
+    )
+    add_model_flags(serve, CollectorSettings, ENV_PREFIX, GROUPS)
     demo = commands.add_parser(
         "demo",
         help="Run the collector on an embedded simulated cluster.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run the collector on an embedded simulated cluster; no Kubernetes needed.",
+        formatter_class=HelpFormatter,
     )
-    demo.add_argument("--listen", default="127.0.0.1:9396", help="Address to serve on, HOST:PORT.")
-    demo.add_argument("--nodes", type=int, default=6, help="Simulated GPU nodes (at least 1).")
-    demo.add_argument("--interval", type=float, default=5.0, help="Seconds between scrapes.")
+    demo.add_argument(
+        "--listen",
+        default="127.0.0.1:9396",
+        metavar="HOST:PORT",
+        help="Address to serve on (default: %(default)s).",
+    )
+    demo.add_argument(
+        "--nodes",
+        type=int,
+        default=6,
+        metavar="N",
+        help="Simulated GPU nodes, at least 1 (default: %(default)s).",
+    )
+    demo.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="Seconds between scrapes (default: %(default)g).",
+    )
     return top
 
 
@@ -51,17 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
     if command == "demo":
-        from simulator.run import run_demo
-
-        if args["nodes"] < 1:
-            print("invalid setting --nodes: expected a whole number >= 1", file=sys.stderr)
-            return 2
-        try:
-            parse_listen(args["listen"])
-        except ValueError as exc:
-            print(f"invalid setting --listen: {exc}", file=sys.stderr)
-            return 2
-        return run_demo(args["listen"], args["nodes"], args["interval"])
+        return _demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
     # RSS must not step up for good after each oversized body, and a query's large arrays
@@ -71,14 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if idle:
         print(f"cannot start: {idle}", file=sys.stderr)
         return 2
-    try:
-        sockets = _bind(*parse_listen(settings.listen))
-    except OSError as exc:
-        print(
-            f"cannot start: cannot listen on {settings.listen} "
-            f"(--listen / {ENV_PREFIX}LISTEN): {exc.strerror or exc}",
-            file=sys.stderr,
-        )
+    sockets = listening(settings.listen)
+    if sockets is None:
         return 2
     try:
         web.run_app(build_app(settings), sock=sockets, print=_announce(sockets))
@@ -89,6 +169,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sock in sockets:
             sock.close()
     return 0
+
+
+def _demo(listen: str, nodes: int, interval: float) -> int:
+    """Check the demo's flags, bind its port, then build and serve the simulated cluster."""
+    if nodes < 1:
+        print(
+            f"invalid setting --nodes: expected a whole number >= 1, got {nodes}", file=sys.stderr
+        )
+        return 2
+    if interval <= 0:
+        print(
+            f"invalid setting --interval: expected a number above 0, got {interval:g}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        parse_listen(listen)
+    except ValueError as exc:
+        print(f"invalid setting --listen: {exc}", file=sys.stderr)
+        return 2
+    # bound before the simulated cluster is built: a busy port fails at once, as serve's does
+    sockets = listening(listen, "--listen")
+    if sockets is None:
+        return 2
+    from simulator.run import run_demo
+
+    try:
+        return run_demo(sockets, nodes, interval)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def listening(
+    listen: str, names: str = f"--listen / {ENV_PREFIX}LISTEN"
+) -> list[socket.socket] | None:
+    """The sockets bound on ``listen``; None, once one line said why, when it cannot be bound."""
+    try:
+        return _bind(*parse_listen(listen))
+    except OSError as exc:
+        print(
+            f"cannot start: cannot listen on {listen} ({names}): {exc.strerror or exc}; "
+            "stop what uses it or choose another address",
+            file=sys.stderr,
+        )
+        return None
 
 
 def _nothing_to_collect(settings: CollectorSettings) -> str | None:

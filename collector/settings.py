@@ -16,7 +16,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from collector.schema import RANKED_KINDS, Flavour
-from core.settings import CommaList, FileSettings, is_loopback, parse_listen
+from core.durations import duration
+from core.settings import CommaList, FileSettings, SettingError, is_loopback, parse_listen
 from core.shards import Shard
 
 
@@ -29,7 +30,8 @@ class CollectorSettings(FileSettings):
     kubernetes: bool = Field(True, description="Discover monitor pods through the Kubernetes API.")
     kubeconfig: Path | None = Field(
         None,
-        description="Kubeconfig used outside a cluster; default: in-cluster, else KUBECONFIG or ~/.kube/config.",
+        description="Kubeconfig used outside a cluster.",
+        json_schema_extra={"shown_default": "in-cluster, else KUBECONFIG or ~/.kube/config"},
     )
     targets_file: Path | None = Field(
         None,
@@ -41,6 +43,7 @@ class CollectorSettings(FileSettings):
     flavours: CommaList = Field(
         default_factory=lambda: [str(f) for f in Flavour],
         description="Monitor flavours to discover.",
+        json_schema_extra={"choices": [str(f) for f in Flavour]},
     )
     hami_selector: str = Field(
         "app.kubernetes.io/component=hami-device-plugin",
@@ -70,17 +73,22 @@ class CollectorSettings(FileSettings):
     timeout: float = Field(
         10.0,
         gt=0,
-        description="Seconds a scrape may take; unset, it follows a shorter interval (Prometheus' rule); set, at most the interval.",
+        description="Seconds a scrape may take; set, at most the interval.",
+        json_schema_extra={"shown_default": "10, or the interval when shorter (Prometheus' rule)"},
     )
     body_limit: int = Field(
         32 << 20, gt=0, description="Largest body accepted, in bytes, after decompression."
     )
     stale_after: float | None = Field(
-        None, gt=0, description="Seconds a failing source's data is kept; default 3 intervals."
+        None,
+        gt=0,
+        description="Seconds a failing source's data is kept.",
+        json_schema_extra={"shown_default": "3 intervals"},
     )
     priority: CommaList = Field(
         default_factory=lambda: ["agent", "hami", "kai", "volcano"],
         description="Which source wins when two offer the same series, first wins.",
+        json_schema_extra={"choices": [str(kind) for kind in RANKED_KINDS]},
     )
     passthrough_allow: CommaList = Field(
         default_factory=lambda: [".*"], description="Regexes of unknown families passed through."
@@ -152,7 +160,7 @@ class CollectorSettings(FileSettings):
     )
     remote_write_url: CommaList = Field(
         default_factory=list,
-        description="Prometheus remote-write receivers to send every series to (repeatable).",
+        description="Prometheus remote-write receivers to send every series to.",
     )
     remote_write_bearer_token_file: Path | None = Field(
         None, description="File holding the bearer token sent to the receivers."
@@ -188,7 +196,7 @@ class CollectorSettings(FileSettings):
     )
     external_label: CommaList = Field(
         default_factory=list,
-        description="NAME=VALUE label added to every remote-written series (repeatable), e.g. cluster=prod.",
+        description="NAME=VALUE label added to every remote-written series, e.g. cluster=prod.",
     )
     external_labels_on_metrics: bool = Field(
         False, description="Add the external labels to the cluster's series on /metrics too."
@@ -204,28 +212,38 @@ class CollectorSettings(FileSettings):
 
     @model_validator(mode="after")
     def _check(self) -> CollectorSettings:
-        parse_listen(self.listen)
+        try:
+            parse_listen(self.listen)
+        except ValueError as exc:
+            raise SettingError("listen", str(exc)) from None
         if "timeout" not in self.model_fields_set:
             self.timeout = min(self.timeout, self.interval)
         elif self.timeout > self.interval:
-            raise ValueError(
-                f"timeout ({self.timeout:g}s) must not exceed interval ({self.interval:g}s)"
+            raise SettingError(
+                "timeout",
+                f"{duration(self.timeout)} is longer than --interval ({duration(self.interval)}): "
+                "lower --timeout or raise --interval",
             )
         unknown = set(self.flavours) - set(Flavour)
         if unknown:
-            raise ValueError(f"unknown flavours {sorted(unknown)}; known: {', '.join(Flavour)}")
+            raise SettingError(
+                "flavours", f"unknown flavours {sorted(unknown)}; known: {', '.join(Flavour)}"
+            )
         if self.push_auth == "none" and not is_loopback(parse_listen(self.listen)[0]):
-            raise ValueError("push-auth none is allowed only when listen is a loopback address")
+            raise SettingError(
+                "push_auth", "none is allowed only when --listen is a loopback address"
+            )
         if self.push_auth == "token" and self.push_token_file is None:
-            raise ValueError("push-auth token needs push-token-file")
+            raise SettingError("push_token_file", "push-auth token needs a push-token-file")
         if self.push_auth == "tokenreview" and not self.kubernetes:
-            raise ValueError("push-auth tokenreview needs kubernetes")
+            raise SettingError("push_auth", "tokenreview needs --kubernetes")
         if self.shard_index >= self.shard_count:
-            raise ValueError(
-                f"shard-index ({self.shard_index}) must be below shard-count ({self.shard_count})"
+            raise SettingError(
+                "shard_index",
+                f"shard-index ({self.shard_index}) must be below shard-count ({self.shard_count})",
             )
         if sorted(self.priority) != sorted(RANKED_KINDS):
-            raise ValueError(f"priority must order exactly {','.join(RANKED_KINDS)}")
+            raise SettingError("priority", f"must order exactly {','.join(RANKED_KINDS)}")
         check_remote_write(self)
         return self
 
@@ -265,27 +283,37 @@ def check_remote_write(settings: CollectorSettings) -> None:
     for url in settings.remote_write_url:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"remote-write-url {url!r} must be an http:// or https:// URL")
+            raise SettingError(
+                "remote_write_url", f"remote-write-url {url!r} must be an http:// or https:// URL"
+            )
     names: set[str] = set()
     for item in settings.external_label:
         name, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not _LABEL_NAME.fullmatch(name) or name.startswith("__") or not value:
-            raise ValueError(f"external-label {item!r} must be NAME=VALUE, NAME a label name")
+            raise SettingError(
+                "external_label", f"external-label {item!r} must be NAME=VALUE, NAME a label name"
+            )
         if name in names or name == "node" or (name == "replica" and settings.replica):
-            raise ValueError(f"external-label {name!r} is given twice or is reserved (node)")
+            raise SettingError(
+                "external_label", f"external-label {name!r} is given twice or is reserved (node)"
+            )
         names.add(name)
     if settings.replica is not None and not settings.replica.strip():
-        raise ValueError("replica must not be empty")
+        raise SettingError("replica", "replica must not be empty")
     if settings.remote_write_bearer_token_file and settings.remote_write_username:
-        raise ValueError(
-            "remote-write-bearer-token-file and remote-write-username exclude each other"
+        raise SettingError(
+            "remote_write_username",
+            "remote-write-bearer-token-file and remote-write-username exclude each other",
         )
     if (settings.remote_write_username is None) != (settings.remote_write_password_file is None):
-        raise ValueError("remote-write-username and remote-write-password-file go together")
+        raise SettingError(
+            "remote_write_password_file",
+            "remote-write-username and remote-write-password-file go together",
+        )
     for what, path in (
-        ("remote-write-bearer-token-file", settings.remote_write_bearer_token_file),
-        ("remote-write-password-file", settings.remote_write_password_file),
-        ("remote-write-ca-file", settings.remote_write_ca_file),
+        ("remote_write_bearer_token_file", settings.remote_write_bearer_token_file),
+        ("remote_write_password_file", settings.remote_write_password_file),
+        ("remote_write_ca_file", settings.remote_write_ca_file),
     ):
         if path is not None and not path.is_file():
-            raise ValueError(f"{what} {str(path)!r} is not a readable file")
+            raise SettingError(what, f"{str(path)!r} is not a readable file")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -128,15 +129,16 @@ def demo_app(
     return app, lines
 
 
-def run_demo(listen: str, nodes: int, interval: float) -> int:
-    """Serve the demo until interrupted."""
+def run_demo(sockets: list[socket.socket], nodes: int, interval: float) -> int:
+    """Serve the demo on ``sockets`` (bound by the caller, so a busy port fails first) until interrupted."""
     logs.setup("text", "info")
-    host, port = parse_listen(listen)
+    host, port = sockets[0].getsockname()[:2]
+    listen = f"[{host}]:{port}" if sockets[0].family == socket.AF_INET6 else f"{host}:{port}"
     with tempfile.TemporaryDirectory(prefix="hami-demo-") as tmp:
         app, lines = demo_app(listen, nodes, interval, Path(tmp))
 
         def announce(_: str) -> None:
             print("\n".join(lines), flush=True)
 
-        web.run_app(app, host=host, port=port, print=announce)
+        web.run_app(app, sock=sockets, print=announce)
     return 0
