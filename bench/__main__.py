@@ -1,6 +1,6 @@
 """``python -m bench``: run every benchmark, print a table, save JSON and markdown.
 
-Each figure is printed with its goal (from the issue) and, where there is one,
+Each figure is printed with its goal and, where there is one,
 the peer measured in the same run and the ratio to it. Results are written to
 ``bench/results/foundation.json`` and ``foundation.md`` (overwritten); the query
 surfaces get a section of their own.

@@ -1,6 +1,6 @@
 """``python -m bench load``: one collector under every surface's load at once.
 
-The shape (issue: cluster-scale load): 5,000 agents pushing every 5 s, 1,000
+The shape (a cluster at scale): 5,000 agents pushing every 5 s, 1,000
 pulled monitors, 10 scrapers of ``/metrics`` (gzip), 50 REST requests/s and
 5 Grafana-like range queries/s, all at once. On this machine (2 cores shared
 with other work) the cluster is scaled by ``LOAD_SCALE`` (default
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 FULL = {"agents": 5000, "monitors": 1000}
 SCALE = 0.2
-"""Share of the issue's cluster and of its readers' rates run on this machine (2 cores for the
+"""Share of the target cluster and of its readers' rates run on this machine (2 cores for the
 collector, the agents, the monitors and the readers)."""
 INTERVAL = 5.0
 """The agents' push interval."""

@@ -104,11 +104,11 @@ def render(r: dict[str, Any]) -> str:
         f"{platform.python_version()}, {os.cpu_count()} CPUs shared with other work "
         f"(load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end).",
         "",
-        f"**Scaled to {r['scale']:g} of the issue's cluster** (5,000 agents, 1,000 monitors): "
+        f"**Scaled to {r['scale']:g} of the target cluster** (5,000 agents, 1,000 monitors): "
         f"{r['agents']:,} agents pushing every {r['push_interval_s']:g} s and {r['monitors']:,} "
         f"monitors scraped every {r['scrape_interval_s']:g} s, "
         f"{50 * r['scale']:g} REST requests/s and {5 * r['scale']:g} range queries/s (the shape "
-        "kept, every rate scaled), 10 scrapers of `/metrics` (gzip) as in the issue: one 2-core "
+        "kept, every rate scaled), 10 scrapers of `/metrics` (gzip) as the target shape has: one 2-core "
         "machine runs the collector, the monitors, the agents and the readers at once, with "
         f"other work. Measured for {r['seconds']:g} s after a warm-up "
         f"({r['warm_nodes']:,} of {r['agents'] + r['monitors']:,} nodes on the page after {r['warm_s']:.0f} s). Latency counts from when a "

@@ -56,7 +56,7 @@ SERIES = 250
 ROUNDS = 40
 """Throughput rounds: 40 x 200 x 250 = 2,000,000 samples."""
 OUTAGE = float(os.environ.get("BENCH_REMOTE_OUTAGE", "30"))
-"""Seconds VictoriaMetrics is down in the outage phase (the issue's 30 s)."""
+"""Seconds VictoriaMetrics is down in the outage phase."""
 GOAL = 1_000_000
 VICTORIA = (
     Path(__file__).resolve().parent.parent / ".tools/victoria-metrics/usr/bin/victoria-metrics"

@@ -1,6 +1,6 @@
 """Thousands of monitors pulled by one collector, beside vmagent 1.79 and Prometheus on the same targets.
 
-Why: the issue's goal is 5,000 nodes pulled every 15 s by one collector within
+Why: the goal is 5,000 nodes pulled every 15 s by one collector within
 1 core and 3 GiB RSS (default history), every node fresh, and a CPU cost per
 scraped sample no higher than vmagent's, the scraper an operator would run
 instead (with relabelling to add ``node``).

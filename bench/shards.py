@@ -2,7 +2,7 @@
 
 Why: past a few thousand nodes one collector's page and push load are too much,
 so nodes are split over shards by a hash of their name, and each shard runs
-replicas that every agent pushes to. This checks, at the issue's scale, that
+replicas that every agent pushes to. This checks, at the target scale, that
 every node lands in exactly one shard, and that killing one replica loses no
 pushed interval in its peer (and that the killed one gets the gap replayed
 once it is back).

@@ -145,13 +145,21 @@ async def test_serve_starts_and_stops_on_sigterm() -> None:
         assert serve.stop() == 0, serve.stderr
 
 
-def test_the_readme_documents_every_setting() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert readme.lstrip().startswith("# hami-usage-collector\n\n```sh\nmake run")
-    for prefix, model in (("HAMI_COLLECTOR_", CollectorSettings), ("HAMI_AGENT_", AgentSettings)):
+def test_the_readme_opens_with_the_two_commands_and_the_docs_list_every_setting() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    assert readme.startswith("# hami-usage-collector\n\nOne ")  # what it is, first
+    assert "```sh\nmake run" in readme.split("\n## ")[0], "the two commands on the first screen"
+    assert len(readme.splitlines()) <= 300
+    documents = {
+        "HAMI_COLLECTOR_": (CollectorSettings, root / "docs" / "configuration.md"),
+        "HAMI_AGENT_": (AgentSettings, root / "docs" / "configuration.md"),
+    }
+    for prefix, (model, page) in documents.items():
+        text = page.read_text()
         for name in model.model_fields:
-            assert f"`--{name.replace('_', '-')}`" in readme, name
-            assert f"`{prefix}{name.upper()}`" in readme, name
+            assert f"`--{name.replace('_', '-')}`" in text, name
+            assert f"`{prefix}{name.upper()}`" in text, name
 
 
 def test_no_kubernetes_configuration_is_a_clear_start_error(tmp_path: Path) -> None:

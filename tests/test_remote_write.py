@@ -167,7 +167,7 @@ async def _equal(found: Any, expected: set[str]) -> bool:
 
 
 OUTAGES = [2.0]
-"""Seconds the receiver is down in the outage test; the bench runs the issue's 30 s."""
+"""Seconds the receiver is down in the outage test; the bench runs 30 s."""
 
 
 @pytest.mark.parametrize("outage", OUTAGES)
