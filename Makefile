@@ -86,8 +86,10 @@ test: $(HELM)
 # over every values file in $(CHART)/ci, every rendered manifest validated by
 # kubernetes-validate --strict for each of $(KUBE_VERSIONS) (the Prometheus
 # Operator kinds have no schema there: tests/test_chart.py checks them), then
-# the tests that read the rendered YAML.
+# the tests that read the rendered YAML; first, that the chart README's values
+# table is the one values.schema.json gives.
 chart-check: $(STAMP) $(HELM)
+	$(BIN)/python scripts/chart-values-table --check $(CHART)
 	@rm -rf $(CHART_OUT) && mkdir -p $(CHART_OUT)
 	@for f in $(CHART)/ci/*-values.yaml; do \
 	  out=$(CHART_OUT)/$$(basename $$f -values.yaml).yaml; \
@@ -101,7 +103,7 @@ chart-check: $(STAMP) $(HELM)
 	if grep -v 'kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\) with api version monitoring.coreos.com/v1 ' $(CHART_OUT)/validate.log | grep .; then \
 	  echo "chart-check: kubernetes-validate failed or found no schema (above)"; exit 1; fi; \
 	test $$rc -eq 0 || { cat $(CHART_OUT)/validate.log; exit 1; }
-	$(BIN)/pytest -q tests/test_chart.py
+	$(BIN)/pytest -q tests/test_chart.py tests/test_chart_readme.py
 
 # One image with both programs; needs a docker daemon (not used in CI).
 .PHONY: image
