@@ -47,7 +47,7 @@ from bench.soak_probes import history_stamps, refused_pushes
 from bench.soak_procs import Child, wait_ready
 from bench.soak_report import write_report
 from bench.soak_world import FAILING_FAULTS, Member, World, soak_nodes
-from bench.testparts import expected_canonical
+from testing.oracle import expected_canonical
 
 
 class Soak:

@@ -23,7 +23,6 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.testparts import FakeKube, make_pod
 from collector.schema import Flavour
 from core.content import TEXT_CONTENT_TYPE
 from simulator.cluster import build_cluster
@@ -31,6 +30,7 @@ from simulator.families import MONITORS
 from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
 from simulator.run import collector_flavour
+from testing.fakekube import FakeKube, make_pod
 
 MONITOR_NAMESPACE = "gpu-monitoring"
 SELECTOR_LABELS = {

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekube import FakeKube
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+
+from testing.fakekube import FakeKube
 
 
 @pytest.fixture

@@ -50,7 +50,6 @@ import pytest
 import yaml
 from aiohttp import web
 from helpers import eventually, real_vmalert, scraping_collector, serving
-from oracle import expected_canonical
 from receivers import Recorder
 
 from collector.sources.pods import PodDirectory
@@ -63,6 +62,7 @@ from simulator.node import SimulatedNode
 from simulator.pods import FRESH_CONTAINER, FRESH_NAMESPACE, Objects
 from simulator.run import collector_flavour
 from simulator.workload import MIB
+from testing.oracle import expected_canonical
 
 RULES = Path(__file__).resolve().parent.parent / "rules" / "hami-usage.rules.yaml"
 TOKEN = "e2e-shared-token"

@@ -10,7 +10,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakekube import FakeKube
 from helpers import eventually, prometheus_tool, running_collector
 
 from collector.allocation import MIB, Grant, parse_quantity, pod_allocation
@@ -22,6 +21,7 @@ from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.pods import FRESH_NAMESPACE
 from simulator.run import write_targets
+from testing.fakekube import FakeKube
 
 A = "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76"
 B = "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import aiohttp
-from fakekube import FakeKube, make_pod
 from helpers import eventually, program, reserved_port
 
 from collector.exposition.parse import parse
 from simulator.regions import ProcSlot, RegionSpec, write_region
+from testing.fakekube import FakeKube, make_pod
 
 UID = "7d2c1b4e-0000-4000-8000-00000000a001"
 USED = 3 << 30

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekube import JSON, FakeKube, make_claim, make_pod
 from kubernetes_asyncio import config, watch
 from kubernetes_asyncio.client import (
     ApiClient,
@@ -26,6 +25,8 @@ from kubernetes_asyncio.client import (
     V1TokenReviewSpec,
 )
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from testing.fakekube import JSON, FakeKube, make_claim, make_pod
 
 SEL = "app.kubernetes.io/name=hami-monitor"
 MON = {"app.kubernetes.io/name": "hami-monitor"}

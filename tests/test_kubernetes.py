@@ -18,10 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from fakekube import JSON, FakeKube, make_pod
 from helpers import eventually, holds, running_collector, serving
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
-from oracle import expected_canonical
 
 from collector.app import SCRAPER, STORE
 from collector.exposition.parse import parse
@@ -30,6 +28,8 @@ from collector.sources.kubernetes import Backoff, KubernetesDiscovery, Timeouts,
 from collector.sources.targets import Target
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
+from testing.fakekube import JSON, FakeKube, make_pod
+from testing.oracle import expected_canonical
 
 SEL = "app.kubernetes.io/component=hami-device-plugin"  # the collector's default
 HAMI = {"app.kubernetes.io/component": "hami-device-plugin"}

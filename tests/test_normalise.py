@@ -7,7 +7,6 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import expected_canonical
 
 from collector import schema
 from collector.batch import Batch
@@ -15,6 +14,7 @@ from collector.exposition.parse import ParseError, parse_series
 from collector.normalise import Normaliser, PassThrough
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS
+from testing.oracle import expected_canonical
 
 
 def canonical(batch: Batch, node: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

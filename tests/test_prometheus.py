@@ -18,10 +18,10 @@ from helpers import (
     real_prometheus,
     scraping_collector,
 )
-from oracle import expected_canonical
 
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
+from testing.oracle import expected_canonical
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 from helpers import eventually, holds, running_collector, scraping_collector
-from oracle import SeriesKey, expected_canonical
 
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
@@ -28,6 +27,7 @@ from simulator.agents import SimulatedDirectory, fake_nvml, write_regions
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
+from testing.oracle import SeriesKey, expected_canonical
 
 NOT_FROM_AGENTS = {"hami_build_info", "hami_mig_device_info"}
 AGENT_EXTRAS = {

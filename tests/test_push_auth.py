@@ -23,9 +23,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakekube import JSON, FakeKube, make_claim, make_pod
 from helpers import eventually, running_collector
 from prometheus_client.parser import text_string_to_metric_families
+
+from testing.fakekube import JSON, FakeKube, make_claim, make_pod
 
 NS, SA = "hami-system", "hami-usage-agent"
 ALLOWED = f"{NS}/{SA}"

@@ -11,12 +11,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 from helpers import eventually, scraping_collector
-from oracle import expected_canonical
 
 from collector.exposition.parse import parse
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.run import collector_flavour
+from testing.oracle import expected_canonical
 
 FAULTS = ("malformed", "html", "500", "timeout", "drip", "oversized", "gzip_bomb")
 

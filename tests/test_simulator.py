@@ -15,7 +15,6 @@ import pytest
 from helpers import eventually, holds, reserved_port
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import SeriesKey, expected_canonical
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.content import TEXT_CONTENT_TYPE
@@ -27,6 +26,7 @@ from simulator.gzipbomb import build_gzip_bomb, crc32_combine
 from simulator.monitors import MonitorFarm, loopback_address
 from simulator.node import WEIRD_SUFFIX, SimulatedNode
 from simulator.textformat import go_float
+from testing.oracle import SeriesKey, expected_canonical
 
 NOW = 1_800_000_000.0
 MIB = 1 << 20

@@ -19,7 +19,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from fakekube import FakeKube
 from helpers import eventually, reserved_port, running_collector, scraping_collector, serving
 from receivers import Recorder, prometheus_receiver
 
@@ -30,6 +29,7 @@ from collector.web.status import PAGE_ROWS, PANELS, Panel
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.run import demo_app
+from testing.fakekube import FakeKube
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = ROOT / ".tools" / "chromium" / "run"

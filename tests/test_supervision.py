@@ -21,7 +21,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from fakekube import FakeKube, make_pod
 from helpers import eventually, holds, reserved_port, running_collector
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import generate_latest
@@ -44,6 +43,7 @@ from core.tasks import RestartPolicy, Supervisor, owned
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.run import write_targets
+from testing.fakekube import FakeKube, make_pod
 
 QUICK = RestartPolicy(first=0.001, cap=0.01, limit=3)
 

@@ -404,7 +404,7 @@ class FakeKube:
     def open_watches(self) -> int:
         return len(self._watches)
 
-    async def wait_for_watches(self, n: int, timeout: float = 5.0, *, total: bool = False) -> None:
+    async def wait_for_watches(self, n: int, timeout: float = 5.0, *, total: bool = False) -> None:  # noqa: ASYNC109 - tests pass a plain deadline
         """Wait until exactly n watches are open (or, with total, n were ever started).
 
         Exactly, so a test can also wait for watches to go away; `total` catches a reconnect

@@ -1,0 +1,1 @@
+"""Test doubles and oracles shared by tests/ and bench/; not shipped in the wheel."""
