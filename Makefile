@@ -14,7 +14,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= hami-usage-collector:$(VERSION)
 DOCKER ?= docker
 
-.PHONY: run test lint bench soak clean tools chart-check fuzz
+.PHONY: run test lint bench soak clean tools chart-check fuzz wheel-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The wheel holds the product only: no test suite, shared fakes, benches or fuzz targets,
+# and its build gives no deprecation warning.
+wheel-check: $(STAMP)
+	PYTHON=$(BIN)/python scripts/check-wheel
 
 bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
