@@ -6,7 +6,7 @@ the peer measured in the same run and the ratio to it. Results are written to
 surfaces get a section of their own.
 
 Options: ``--quick`` (or ``BENCH_QUICK=1``) trims the query bench's repeats
-(:data:`bench.query_budget.QUICK`); every figure is still produced. ``--only
+(:data:`bench.query.budget.QUICK`); every figure is still produced. ``--only
 NAME[,NAME]`` runs some benches only and prints their rows without saving.
 """
 
@@ -24,24 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import (
-    agent,
-    cluster,
-    ingest,
-    load,
-    load_report,
-    memory,
-    page,
-    push,
-    query,
-    remote,
-    scale,
-    serve,
-    shards,
-    status,
-)
-from bench.query_budget import QUICK, Budget
-from bench.report_cluster import (
+from bench.fleet import agent, remote, shards, status
+from bench.fleet.report import (
     agent_rows,
     push_rows,
     remote_rows,
@@ -49,9 +33,17 @@ from bench.report_cluster import (
     shards_rows,
     status_rows,
 )
-from bench.report_foundation import foundation_rows
-from bench.report_query import query_rows
-from bench.report_table import Row, mark, table
+from bench.foundation import ingest, memory, page, serve
+from bench.foundation.report import foundation_rows
+from bench.kit import cluster
+from bench.kit.table import Row, mark, table
+from bench.load import report as load_report
+from bench.load import run as load
+from bench.push import run as push
+from bench.query import run as query
+from bench.query.budget import QUICK, Budget
+from bench.query.report import query_rows
+from bench.scale import run as scale
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -161,7 +153,7 @@ def foundation_md(meta: dict[str, Any], budget: Budget, markdown: str, query_mar
         f"Query repeats stop after {budget.repeats} runs or once a surface has used "
         f"{budget.seconds:g} s of timed runs (at least {budget.least}); p99 of fewer than "
         "100 runs is their maximum. The peer holds the same samples, staleness markers "
-        "included (written by remote write: see `bench/query.py`).\n\n"
+        "included (written by remote write: see `bench/query/run.py`).\n\n"
         "Details, per-repeat figures and peers' own numbers: `foundation.json`.\n"
     )
 

@@ -1,8 +1,8 @@
-"""The soak's own oracle (bench/soak_checks.py): each rule finds what it must, and only that."""
+"""The soak's own oracle (bench/soak/checks.py): each rule finds what it must, and only that."""
 
 from __future__ import annotations
 
-from bench.soak_checks import (
+from bench.soak.checks import (
     NodeState,
     Verdict,
     judge,

@@ -1,0 +1,1 @@
+"""The benches' shared toolkit: processes, timing, the simulated cluster and its monitors, tables."""

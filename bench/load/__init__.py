@@ -1,0 +1,1 @@
+"""One collector under every surface's load at once."""

@@ -1,0 +1,1 @@
+"""Thousands of monitors pulled by one collector, beside vmagent and Prometheus."""

@@ -1,0 +1,47 @@
+"""The soak's node agents, in a process of their own so the soak can kill and restart them.
+
+``python -m bench.soak.agents COLLECTOR TOKEN_FILE ROOT MONITORS AGENTS SEED START CARDS ALLOCATIONS INTERVAL``
+rebuilds the soak's nodes (:func:`bench.soak.world.soak_nodes`, same
+arguments, so the same pods as the API server holds) and runs the real agent
+(region reader, fake NVML, pusher with its backlog) for each of the last
+AGENTS nodes until SIGTERM or SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from bench.soak.world import soak_nodes
+from core import logs
+from core.tasks import owned
+from simulator.agents import run_agent
+
+
+async def run(argv: list[str], token: str) -> None:
+    """Run the agents until SIGTERM."""
+    collector, root = argv[0], Path(argv[2])
+    monitors, agents, seed = int(argv[3]), int(argv[4]), int(argv[5])
+    start, cards, allocations, interval = float(argv[6]), int(argv[7]), int(argv[8]), float(argv[9])
+    nodes = soak_nodes(monitors, agents, seed, start, cards, allocations)[monitors:]
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        for node in nodes:
+            agent = run_agent(node, root / node.name, False, collector, lambda: token, interval)
+            await stack.enter_async_context(owned(agent, f"agent {node.name}"))
+        print(f"agents running: {len(nodes)}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str]) -> None:
+    """Parse the arguments and run the agents."""
+    logs.setup("text", "warning")
+    asyncio.run(run(argv, Path(argv[1]).read_text().strip()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
