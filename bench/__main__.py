@@ -12,19 +12,21 @@ NAME[,NAME]`` runs some benches only and prints their rows without saving.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import gc
+import importlib
 import json
 import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.fleet import agent, remote, shards, status
+from bench.fleet import agent, remote, rss, shards, status
 from bench.fleet.report import (
     agent_rows,
     push_rows,
@@ -33,7 +35,7 @@ from bench.fleet.report import (
     shards_rows,
     status_rows,
 )
-from bench.foundation import ingest, memory, page, serve
+from bench.foundation import heap, ingest, memory, page, serve
 from bench.foundation.report import foundation_rows
 from bench.kit import cluster
 from bench.kit.table import Row, mark, table
@@ -41,9 +43,9 @@ from bench.load import report as load_report
 from bench.load import run as load
 from bench.push import run as push
 from bench.query import run as query
+from bench.query import setup as query_setup
 from bench.query.budget import QUICK, Budget
 from bench.query.report import query_rows
-from bench.scale import run as scale
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -88,7 +90,7 @@ def benches(budget: Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "status": status.run,
         "shards": shards.run,
         "remote": remote.run,
-        "scale": scale.run,
+        "scale": lambda: importlib.import_module("bench.scale.run").run(),
         "query": run_query,
         "load": run_load,
     }
@@ -99,15 +101,6 @@ def run_load() -> dict[str, Any]:
     result = load.run()
     load_report.write_report(result)
     return result
-
-
-def chosen(argv: list[str], known: Sequence[str]) -> list[str]:
-    """The benches ``--only`` names (all when it is absent); exit on a name not ``known``."""
-    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else list(known)
-    unknown = set(only) - set(known)
-    if unknown:
-        raise SystemExit(f"unknown benches {sorted(unknown)}; known: {', '.join(known)}")
-    return only
 
 
 def run_all(
@@ -165,13 +158,14 @@ def save(document: dict[str, Any], text: str) -> None:
     (RESULTS / "foundation.md").write_text(text)
 
 
-def main(argv: list[str]) -> None:
-    """Run the benchmarks chosen, print their tables, and save them when every one ran."""
-    quick = "--quick" in argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+def run_set(quick: bool, only: list[str]) -> None:
+    """Run the benches ``only`` names, print their tables, and save them when every one ran."""
     budget = QUICK if quick else Budget()
     every = benches(budget)
-    only = chosen(argv, list(every))
-    results, seconds = run_all(every, only)
+    unknown = set(only) - set(every)
+    if unknown:
+        raise SystemExit(f"unknown benches {sorted(unknown)}; known: {', '.join(every)}")
+    results, seconds = run_all(every, only or list(every))
     summary = rows(results)
     queries = query_rows(results["query"]) if "query" in results else []
     meta = describe_run(quick, seconds)
@@ -182,7 +176,7 @@ def main(argv: list[str]) -> None:
         print(f"\nQuery surfaces\n\n{query_markdown}")
     if "remote" in results:
         remote.save(RESULTS, meta, table(remote_rows(results["remote"])), results["remote"])
-    if set(only) != every.keys():
+    if only and set(only) != every.keys():
         print(f"\n{meta['seconds']}; --only: nothing else saved")
         return
     document = {
@@ -195,8 +189,177 @@ def main(argv: list[str]) -> None:
     print(f"\n{meta['seconds']}; written to {RESULTS}/foundation.json and .md")
 
 
+def env_quick() -> bool:
+    """``BENCH_QUICK=1`` means ``--quick``."""
+    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def run_scale(args: argparse.Namespace) -> None:
+    """The scale bench alone; its options go where its module reads them, the environment."""
+    for name, value in vars(args).items():
+        if name.startswith("scale_") and value is not None:
+            os.environ[f"BENCH_{name.upper()}"] = str(value)
+    from bench.scale import run as scale  # after the environment is set: read at import
+
+    print(json.dumps(scale.run(), indent=2))
+
+
+def run_query(args: argparse.Namespace) -> None:
+    """The query bench alone, on its own sizes."""
+    budget = QUICK if args.quick else Budget(args.repeats)
+    result = query.run(budget, args.nodes, args.step, not args.no_dashboard)
+    print("\n".join(query.summary_lines(result)))
+    if args.json:
+        print(json.dumps(result, indent=2))
+
+
+def run_load_alone(args: argparse.Namespace) -> None:
+    """The cluster-scale load alone, its report written."""
+    load_report.write_report(load.run(args.scale, args.seconds))
+
+
+def run_soak(args: argparse.Namespace) -> None:
+    """The soak; exits 1 when a check failed."""
+    from bench.soak import run as soak
+
+    soak.main(args.minutes)
+
+
+def run_rss(args: argparse.Namespace) -> None:
+    """The whole collector's memory alone."""
+    rss.main(args.nodes, args.json)
+
+
+def run_heap(args: argparse.Namespace) -> None:
+    """The heap task's sweep and freeze alone."""
+    print(json.dumps(heap.measure(args.nodes), indent=2))
+
+
+def parser() -> argparse.ArgumentParser:
+    """``python -m bench [NAME] [options]``: every bench, or one."""
+    top = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    subs = top.add_subparsers(dest="name", metavar="NAME")
+    every = subs.add_parser("all", help="every bench; writes bench/results/foundation.*")
+    every.add_argument(
+        "--quick",
+        action="store_true",
+        default=env_quick(),
+        help="fewer query repeats (BENCH_QUICK=1)",
+    )
+    every.add_argument(
+        "--only",
+        type=lambda v: v.split(","),
+        default=[],
+        help="NAME[,NAME]: these only, nothing saved",
+    )
+    every.set_defaults(handler=lambda a: run_set(a.quick, a.only))
+    for name, about in ONE_OF_THE_SET.items():
+        one = subs.add_parser(name, help=about)
+        one.set_defaults(handler=lambda a, name=name: run_set(False, [name]))
+    q = subs.add_parser("query", help="the query surfaces beside a real Prometheus 2.42")
+    q.add_argument("--nodes", type=int, default=query_setup.NODES)
+    q.add_argument("--repeats", type=int, default=query_setup.REPEATS)
+    q.add_argument("--step", type=float, default=query_setup.STEP, help="range-query step, s")
+    q.add_argument("--quick", action="store_true", default=env_quick(), help="fewer repeats")
+    q.add_argument("--no-dashboard", action="store_true", help="skip the dashboard's panels")
+    q.add_argument("--json", action="store_true", help="print every figure as JSON too")
+    q.set_defaults(handler=run_query)
+    ld = subs.add_parser("load", help="one collector under every surface's load at once")
+    ld.add_argument(
+        "--scale",
+        type=float,
+        default=float(os.environ.get("LOAD_SCALE", load.SCALE)),
+        help="share of the full cluster (LOAD_SCALE)",
+    )
+    ld.add_argument(
+        "--seconds",
+        type=float,
+        default=float(os.environ.get("LOAD_SECONDS", load.SECONDS)),
+        help="measured seconds (LOAD_SECONDS)",
+    )
+    ld.set_defaults(handler=run_load_alone)
+    sc = subs.add_parser(
+        "scale", help="thousands of monitors, beside vmagent 1.79 and Prometheus 2.42"
+    )
+    sc.add_argument(
+        "--nodes", dest="scale_nodes", type=int, help="monitors (BENCH_SCALE_NODES, 5000)"
+    )
+    sc.add_argument(
+        "--cards", dest="scale_cards", type=int, help="cards a node (BENCH_SCALE_CARDS, 2)"
+    )
+    sc.add_argument(
+        "--allocations",
+        dest="scale_allocations",
+        type=int,
+        help="vGPU allocations a node (BENCH_SCALE_ALLOCATIONS, 8)",
+    )
+    sc.add_argument(
+        "--interval",
+        dest="scale_interval",
+        type=float,
+        help="scrape interval, s (BENCH_SCALE_INTERVAL, 15)",
+    )
+    sc.add_argument(
+        "--intervals",
+        dest="scale_intervals",
+        type=int,
+        help="measured intervals (BENCH_SCALE_INTERVALS, 4)",
+    )
+    sc.add_argument(
+        "--rounds",
+        dest="scale_rounds",
+        type=int,
+        help="rounds of every scraper (BENCH_SCALE_ROUNDS, 1)",
+    )
+    sc.add_argument(
+        "--before",
+        dest="scale_before",
+        help="another source tree, run as one more scraper (BENCH_SCALE_BEFORE)",
+    )
+    sc.add_argument(
+        "--result", dest="scale_result", help="result file stem (BENCH_SCALE_RESULT, scale)"
+    )
+    sc.set_defaults(handler=run_scale)
+    so = subs.add_parser("soak", help="the collector for an hour of churn and faults (make soak)")
+    so.add_argument(
+        "--minutes",
+        type=float,
+        default=float(os.environ.get("SOAK_MINUTES", "60")),
+        help="length (SOAK_MINUTES)",
+    )
+    so.set_defaults(handler=run_soak)
+    rs = subs.add_parser("rss", help="the whole collector's memory at 5,000 nodes with history")
+    rs.add_argument("--nodes", type=int, default=rss.NODES)
+    rs.add_argument("--json", action="store_true", help="print every figure as JSON too")
+    rs.set_defaults(handler=run_rss)
+    hp = subs.add_parser("heap", help="the heap task's sweep and freeze against a full collection")
+    hp.add_argument("--nodes", type=int, default=cluster.NODES)
+    hp.set_defaults(handler=run_heap)
+    return top
+
+
+ONE_OF_THE_SET = {
+    "ingest": "parse + normalise + store on one core, beside prometheus_client",
+    "page": "/metrics rebuild after one node changed",
+    "serve": "serving the cached gzip /metrics page",
+    "memory": "memory per live series, beside prometheus_client",
+    "push": "the push API under 5,000 agents",
+    "agent": "the agent's share of a core and memory on a node",
+    "status": "the status page at 5,000 nodes",
+    "shards": "20,000 nodes over 4 shards x 2 replicas, a replica killed",
+    "remote": "remote write, and into VictoriaMetrics 1.79 through an outage",
+}
+"""The benches of the full set that run alone with no options of their own."""
+
+
+def cli(argv: list[str]) -> None:
+    """Parse ``argv`` and run what it names; no NAME runs the full set."""
+    args = parser().parse_args(argv)
+    if args.name is None:
+        run_set(env_quick(), [])
+        return
+    args.handler(args)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["load"]:  # ``python -m bench load``: that bench alone, its own report
-        load.main(sys.argv[2:])
-    else:
-        main(sys.argv[1:])
+    cli(sys.argv[1:])

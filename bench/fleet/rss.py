@@ -19,8 +19,6 @@ import gc
 import json
 import math
 import os
-import re
-import sys
 import time
 from typing import Any
 
@@ -76,19 +74,14 @@ def run(nodes: int = NODES) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> None:
-    """Run it; ``--nodes N`` changes the cluster's size."""
-    found = re.search(r"--nodes[= ](\d+)", " ".join(argv))
-    result = run(int(found[1]) if found else NODES)
+def main(nodes: int = NODES, as_json: bool = False) -> None:
+    """Run it on ``nodes`` nodes and print its figures (all of them with ``as_json``)."""
+    result = run(nodes)
     print(
         f"{result['nodes']} nodes, {result['live_series']:,} live series, "
         f"{result['history_points']:,} points: RSS {result['rss_mib']:.0f} MiB, "
         f"peak {result['peak_rss_mib']:.0f} MiB (goal <= {GOAL_MIB:.0f}); "
         f"history {result['history_bytes'] / 2**20:.0f} MiB"
     )
-    if "--json" in argv:
+    if as_json:
         print(json.dumps(result, indent=2))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

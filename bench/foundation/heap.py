@@ -14,16 +14,14 @@ median of :data:`REPEATS`:
 * freeze: :func:`core.heap.freeze` after one more pass was ingested (what a
   tick of the task does between sweeps).
 
-Run: ``python -m bench.foundation.heap [NODES]``; prints JSON.
+Run: ``python -m bench heap [--nodes N]``; prints JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,7 +62,7 @@ def filled(nodes: int) -> tuple[Cluster, MetricsPage]:
     return c, page
 
 
-def measure(nodes: int) -> dict[str, Any]:
+def measure(nodes: int = NODES) -> dict[str, Any]:
     """Build the heap, then time a sweep, its peer and a freeze."""
     c, page = filled(nodes)
     gc.unfreeze()
@@ -92,7 +90,3 @@ def measure(nodes: int) -> dict[str, Any]:
         "sweep_interval_s": heap.sweep_interval(sweep),
         "sweep_share_of_time": sweep / heap.sweep_interval(sweep),
     }
-
-
-if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]) if sys.argv[1:] else NODES), indent=2))

@@ -214,11 +214,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["serve"]:
         serve(int(argv[1]), argv[2], argv[3])
         return
-    from bench.load.report import write_report
-
-    scale = float(os.environ.get("LOAD_SCALE", SCALE))
-    seconds = float(os.environ.get("LOAD_SECONDS", SECONDS))
-    write_report(run(scale, seconds))
+    raise SystemExit("the load bench runs as `python -m bench load`")
 
 
 if __name__ == "__main__":

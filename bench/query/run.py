@@ -70,7 +70,6 @@ import gc
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -82,7 +81,7 @@ from typing import Any
 from bench.kit.processes import cpu_seconds, loopback_socket, memory_mib
 from bench.query import dashboard
 from bench.query.answers import agreement, from_json, from_ours
-from bench.query.budget import QUICK, Budget, timed
+from bench.query.budget import Budget, timed
 from bench.query.fill import fill, render
 from bench.query.http import client, rest_routes, serve_and_time
 from bench.query.peer import Prometheus, remote_write
@@ -98,7 +97,6 @@ from bench.query.setup import (
     NODES,
     PREFIX,
     QUERY,
-    REPEATS,
     SPAN,
     STALE_AFTER,
     STEP,
@@ -359,7 +357,7 @@ def _verdict(goal: dict[str, Any]) -> str:
     )
 
 
-def _lines(result: dict[str, Any]) -> Iterator[str]:
+def summary_lines(result: dict[str, Any]) -> Iterator[str]:
     f, w = result["fill"], result["peer_prometheus"]["remote_write"]
     yield (
         f"fill: {result['nodes']} nodes x {result['rounds']} rounds, {result['series']:,} series, "
@@ -415,15 +413,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["client"]:
         print(json.dumps(client(json.load(sys.stdin))))
         return
-    options = {
-        m[0]: int(m[1]) for m in re.findall(r"--(nodes|repeats|step)[= ](\d+)", " ".join(argv))
-    }
-    budget = QUICK if "--quick" in argv else Budget(options.get("repeats", REPEATS))
-    panels = "--no-dashboard" not in argv
-    result = run(budget, options.get("nodes", NODES), float(options.get("step", STEP)), panels)
-    print("\n".join(_lines(result)))
-    if "--json" in argv:
-        print(json.dumps(result, indent=2))
+    raise SystemExit("the query bench runs as `python -m bench query`")
 
 
 if __name__ == "__main__":

@@ -436,7 +436,3 @@ def judge(rounds: list[dict[str, dict[str, Any]]], nodes: list[dict[str, Any]]) 
         "meets_fresh": collector["every_round_fresh"],
         "meets_ratio": ratio <= GOAL_RATIO,
     }
-
-
-if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))

@@ -1,7 +1,7 @@
-"""``python -m bench.soak`` (``make soak``): the soak on its own."""
+"""``python -m bench.soak`` (``make soak``): the same as ``python -m bench soak``."""
 
 import sys
 
-from bench.soak.run import main
+from bench.__main__ import cli
 
-main(sys.argv[1:])
+cli(["soak", *sys.argv[1:]])

@@ -400,15 +400,10 @@ class Soak:
         }
 
 
-def main(argv: list[str]) -> None:
-    """Run the soak for ``SOAK_MINUTES`` (default 60) and write the report."""
-    minutes = float(os.environ.get("SOAK_MINUTES", "60"))
+def main(minutes: float) -> None:
+    """Run the soak for ``minutes``, write the report, and exit 1 when a check failed."""
     plan = Plan(minutes)
     with tempfile.TemporaryDirectory(prefix="hami-soak-") as tmp:
         results = asyncio.run(Soak(plan, Path(tmp)).run())
     passed = write_report(results)
     sys.exit(0 if passed else 1)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
