@@ -353,11 +353,10 @@ ONE_OF_THE_SET = {
 
 
 def cli(argv: list[str]) -> None:
-    """Parse ``argv`` and run what it names; no NAME runs the full set."""
+    """Parse ``argv`` and run what it names; no NAME (options only, or none) is ``all``."""
+    if not argv or (argv[0] not in ("-h", "--help") and argv[0].startswith("-")):
+        argv = ["all", *argv]  # ``python -m bench --only ...`` as make bench has always run it
     args = parser().parse_args(argv)
-    if args.name is None:
-        run_set(env_quick(), [])
-        return
     args.handler(args)
 
 
