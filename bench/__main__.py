@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from bench.fleet import agent, remote, rss, shards, status
@@ -38,7 +37,7 @@ from bench.fleet.report import (
 from bench.foundation import heap, ingest, memory, page, serve
 from bench.foundation.report import foundation_rows
 from bench.kit import cluster
-from bench.kit.table import Row, mark, table
+from bench.kit.table import RESULTS, Row, mark, table, write_result
 from bench.load import report as load_report
 from bench.load import run as load
 from bench.push import run as push
@@ -46,8 +45,6 @@ from bench.query import run as query
 from bench.query import setup as query_setup
 from bench.query.budget import QUICK, Budget
 from bench.query.report import query_rows
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def rows(r: dict[str, Any]) -> list[Row]:
@@ -153,9 +150,7 @@ def foundation_md(meta: dict[str, Any], budget: Budget, markdown: str, query_mar
 
 def save(document: dict[str, Any], text: str) -> None:
     """Overwrite ``foundation.json`` with ``document`` and ``foundation.md`` with ``text``."""
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "foundation.json").write_text(json.dumps(document, indent=2) + "\n")
-    (RESULTS / "foundation.md").write_text(text)
+    write_result("foundation", text, document)
 
 
 def run_set(quick: bool, only: list[str]) -> None:
@@ -175,7 +170,7 @@ def run_set(quick: bool, only: list[str]) -> None:
     if query_markdown:
         print(f"\nQuery surfaces\n\n{query_markdown}")
     if "remote" in results:
-        remote.save(RESULTS, meta, table(remote_rows(results["remote"])), results["remote"])
+        remote.save(meta, table(remote_rows(results["remote"])), results["remote"])
     if only and set(only) != every.keys():
         print(f"\n{meta['seconds']}; --only: nothing else saved")
         return

@@ -43,7 +43,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from bench.kit.cluster import ROOT
 from bench.kit.processes import cpu_seconds, loopback_socket, stop
+from bench.kit.table import write_result
 from collector.exposition.render import render_lines, series_key
 from collector.remote.encode import Heads
 from collector.remote.queue import Destination, QueueConfig
@@ -58,7 +60,7 @@ ROUNDS = 40
 OUTAGE = float(os.environ.get("BENCH_REMOTE_OUTAGE", "30"))
 """Seconds VictoriaMetrics is down in the outage phase."""
 GOAL = 1_000_000
-VICTORIA = Path(__file__).resolve().parents[2] / ".tools/victoria-metrics/usr/bin/victoria-metrics"
+VICTORIA = ROOT / ".tools/victoria-metrics/usr/bin/victoria-metrics"
 EXTERNAL = [("cluster", "bench"), ("replica", "r1")]
 
 
@@ -328,14 +330,11 @@ def run() -> dict[str, Any]:
     }
 
 
-def save(results: Path, meta: dict[str, Any], table: str, result: dict[str, Any]) -> None:
-    """Overwrite ``remote-write.md`` and ``remote-write.json`` in ``results``."""
-    results.mkdir(exist_ok=True)
-    (results / "remote-write.json").write_text(
-        json.dumps({"meta": meta, **result}, indent=2) + "\n"
-    )
+def save(meta: dict[str, Any], table: str, result: dict[str, Any]) -> None:
+    """Overwrite ``remote-write.md`` and ``remote-write.json``."""
     sent = result["throughput"]["sent"]
-    (results / "remote-write.md").write_text(
+    write_result(
+        "remote-write",
         f"# Remote write\n\n{meta['date']}, Python {meta['python']}, {meta['cpus']} CPUs "
         f"(load average after: {', '.join(f'{x:.2f}' for x in meta['load_average_after'])}).\n\n"
         f"{table}\n\n"
@@ -348,7 +347,8 @@ def save(results: Path, meta: dict[str, Any], table: str, result: dict[str, Any]
         "The outage phase offers one round a second; VictoriaMetrics is stopped and "
         "started again on the same port; afterwards `sum(count_over_time(...))` over the "
         "whole run must equal the samples the writer counted as sent.\n\n"
-        "How: `bench/fleet/remote.py`; details in `remote-write.json`.\n"
+        "How: `bench/fleet/remote.py`; details in `remote-write.json`.\n",
+        {"meta": meta, **result},
     )
 
 

@@ -38,13 +38,13 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from agent.destinations import Fanout, PushOptions
 from bench.kit.processes import cpu_seconds, memory_mib, stop, wait_healthy
+from bench.kit.table import write_result
 from core.payload import Card, Payload
 from core.shards import HASH_RULE, shard_of
 from core.tasks import Supervisor
@@ -62,7 +62,6 @@ ROUND_TIMEOUT = 600.0
 STARTUP_TIMEOUT = 60.0
 THREADS = 48
 """Worker threads the agents' pushes run in (each push is a blocking request in a thread)."""
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 FAMILY = "hami_host_gpu_memory_used_bytes"
 
 
@@ -428,9 +427,7 @@ def run() -> dict[str, Any]:
     # each of the thousands of destinations logs its replica's outage once: too many lines here
     logging.getLogger("agent.push").setLevel(logging.ERROR)
     results = asyncio.run(measure())
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "shards.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "shards.md").write_text(markdown(results))
+    write_result("shards", markdown(results), results)
     return results
 
 

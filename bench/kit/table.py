@@ -1,8 +1,23 @@
-"""The summary table of ``python -m bench``: its rows and their markdown."""
+"""Tables and result files: the summary rows of ``python -m bench``, and the one writer of ``bench/results/``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+"""One current result per bench: each run overwrites its own stem."""
+
+
+def write_result(stem: str, markdown: str, document: Any = None) -> Path:
+    """Overwrite ``<stem>.md`` and, given a ``document``, ``<stem>.json`` in :data:`RESULTS`."""
+    RESULTS.mkdir(exist_ok=True)
+    if document is not None:
+        (RESULTS / f"{stem}.json").write_text(json.dumps(document, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown)
+    return RESULTS / f"{stem}.md"
 
 
 @dataclass(frozen=True)

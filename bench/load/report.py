@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from bench.kit.table import write_result
 
 
 def accounted(r: dict[str, Any]) -> tuple[bool, str]:
@@ -136,8 +134,6 @@ def render(r: dict[str, Any]) -> str:
 
 def write_report(r: dict[str, Any]) -> None:
     """Write ``load.md`` and ``load.json`` and print the markdown."""
-    RESULTS.mkdir(exist_ok=True)
     text = render(r)
-    (RESULTS / "load.md").write_text(text)
-    (RESULTS / "load.json").write_text(json.dumps(r, indent=2) + "\n")
+    write_result("load", text, r)
     print(text)

@@ -33,12 +33,11 @@ from typing import Any
 
 import aiohttp
 
+from bench.kit.cluster import ROOT
 from bench.kit.processes import cpu_seconds, loopback_socket, memory_mib, stop
 from bench.load.readers import Readers
 from bench.soak.checks import OWN, parse_page
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench" / "results"
 FULL = {"agents": 5000, "monitors": 1000}
 SCALE = 0.2
 """Share of the target cluster and of its readers' rates run on this machine (2 cores for the

@@ -55,8 +55,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench.kit.cluster import ROOT
 from bench.kit.farm import Monitors, start_monitors
 from bench.kit.processes import cpu_seconds, memory_mib, stop
+from bench.kit.table import write_result
 from bench.scale.report import markdown
 from simulator.run import collector_flavour
 
@@ -70,7 +72,6 @@ WARMUP_INTERVALS = 2
 MEASURED_INTERVALS = int(os.environ.get("BENCH_SCALE_INTERVALS", "4"))
 ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "1"))
 """Rounds of every scraper; the order is reversed in every other round."""
-ROOT = Path(__file__).resolve().parents[2]
 BEFORE = os.environ.get("BENCH_SCALE_BEFORE", "")
 """Another source tree of the collector to run as the scraper ``before`` (empty: none)."""
 STARTUP_TIMEOUT = 120.0
@@ -82,7 +83,6 @@ KEPT_UP = 0.98
 """Share of the targets a scraper must scrape in each interval (jitter aside) to keep up."""
 VMAGENT = ROOT / ".tools/victoria-metrics/usr/bin/vmagent"
 PROMETHEUS = ROOT / ".tools/prometheus/usr/bin/prometheus"
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 STEM = os.environ.get("BENCH_SCALE_RESULT", "scale")
 """Results go to ``bench/results/<STEM>.json`` and ``.md`` (another stem keeps a second shape)."""
 SELF = b"hami_usage_collector_"
@@ -376,9 +376,7 @@ def run() -> dict[str, Any]:
         stem=STEM,
         monitors_process={"cpu_s": round(monitors_cpu, 1), "rss_mib": round(monitors_rss, 1)},
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{STEM}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / f"{STEM}.md").write_text(markdown(results))
+    write_result(STEM, markdown(results), results)
     return results
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.kit.cluster import ROOT
 from bench.kit.processes import memory_mib, stop
 
 
@@ -45,7 +46,7 @@ class Child:
                 [sys.executable, "-m", *self.args],
                 stdout=out,
                 stderr=err,
-                cwd=Path(__file__).resolve().parents[2],
+                cwd=ROOT,
             )
         self.starts += 1
 

@@ -8,12 +8,10 @@ import os
 import platform
 import statistics
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+from bench.kit.table import write_result
 from bench.soak.checks import OWN, slope_per_hour
-
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _flat(values: list[float], slack: float) -> tuple[bool, str]:
@@ -216,7 +214,6 @@ def render(results: dict[str, Any]) -> tuple[str, bool]:
 def write_report(results: dict[str, Any]) -> bool:
     """Write ``soak.md``, print it, and return whether every check passed."""
     text, passed = render(results)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "soak.md").write_text(text)
+    write_result("soak", text)
     print(text)
     return passed
