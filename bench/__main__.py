@@ -220,6 +220,14 @@ def run_soak(args: argparse.Namespace) -> None:
     soak.main(args.minutes)
 
 
+def run_push(args: argparse.Namespace) -> None:
+    """The push bench alone, with its own table."""
+    outcome = push.run(args.fill_seconds)
+    print(push.table(outcome))
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+
+
 def run_rss(args: argparse.Namespace) -> None:
     """The whole collector's memory alone."""
     rss.main(args.nodes, args.json)
@@ -251,6 +259,15 @@ def parser() -> argparse.ArgumentParser:
     for name, about in ONE_OF_THE_SET.items():
         one = subs.add_parser(name, help=about)
         one.set_defaults(handler=lambda a, name=name: run_set(False, [name]))
+    ps = subs.add_parser("push", help="the push API under 5,000 agents")
+    ps.add_argument(
+        "--fill-seconds",
+        type=float,
+        default=push.FILL_TIMEOUT,
+        help="longest wait for the store to fill",
+    )
+    ps.add_argument("--json", action="store_true", help="print every figure as JSON too")
+    ps.set_defaults(handler=run_push)
     q = subs.add_parser("query", help="the query surfaces beside a real Prometheus 2.42")
     q.add_argument("--nodes", type=int, default=query_setup.NODES)
     q.add_argument("--repeats", type=int, default=query_setup.REPEATS)
@@ -338,7 +355,6 @@ ONE_OF_THE_SET = {
     "page": "/metrics rebuild after one node changed",
     "serve": "serving the cached gzip /metrics page",
     "memory": "memory per live series, beside prometheus_client",
-    "push": "the push API under 5,000 agents",
     "agent": "the agent's share of a core and memory on a node",
     "status": "the status page at 5,000 nodes",
     "shards": "20,000 nodes over 4 shards x 2 replicas, a replica killed",

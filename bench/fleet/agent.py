@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import statistics
 import sys
 import tempfile
@@ -301,10 +300,3 @@ def table(result: dict[str, Any]) -> str:
     lines = aligned(rows)
     lines.append(f"meets goal: {result['meets_goal']} (real NVML calls cost more than the fake's)")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    outcome = run()
-    print(table(outcome))
-    if "--json" in sys.argv:
-        print(json.dumps(outcome, indent=2))

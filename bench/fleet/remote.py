@@ -24,6 +24,7 @@ node's series one mapping per round, fed to :class:`RemoteWriter` as
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import json
@@ -352,8 +353,8 @@ def save(meta: dict[str, Any], table: str, result: dict[str, Any]) -> None:
     )
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["sink"]:
-        serve_sink()
-    else:
-        print(json.dumps(run(), indent=2))
+if __name__ == "__main__":  # the accept-all receiver's own process
+    cli = argparse.ArgumentParser(prog="python -m bench.fleet.remote")
+    cli.add_argument("helper", choices=["sink"])
+    cli.parse_args()
+    serve_sink()

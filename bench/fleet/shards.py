@@ -30,7 +30,6 @@ the killed one holding every round since it was killed.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -429,7 +428,3 @@ def run() -> dict[str, Any]:
     results = asyncio.run(measure())
     write_result("shards", markdown(results), results)
     return results
-
-
-if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))

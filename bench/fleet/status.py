@@ -115,9 +115,3 @@ def _time(
 def run() -> dict[str, Any]:
     """The status page's cost per request at :data:`NODES` nodes."""
     return asyncio.run(measure())
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(run(), indent=2))

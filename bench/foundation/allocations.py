@@ -63,9 +63,3 @@ def measure(nodes: int = NODES) -> dict[str, Any]:
         "peer_ingest_samples_per_s": ingest_rate,
         "ratio_vs_ingest": rate / ingest_rate,
     }
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(measure(), indent=2))

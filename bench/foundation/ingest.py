@@ -134,9 +134,3 @@ def measure(flavours: tuple[str, ...]) -> dict[str, Any]:
 def run() -> dict[str, Any]:
     """Ingest rates of the all-HAMi cluster and of the mixed-flavour one."""
     return {"hami": measure(HAMI), "mixed": measure(MIXED)}
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(run(), indent=2))

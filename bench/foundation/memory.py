@@ -35,6 +35,7 @@ Measured with each meter:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -265,8 +266,8 @@ def run() -> dict[str, Any]:
     return result
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        print(json.dumps(child()))
-    else:
-        print(json.dumps(run(), indent=2))
+if __name__ == "__main__":  # the measured process run() starts
+    cli = argparse.ArgumentParser(prog="python -m bench.foundation.memory")
+    cli.add_argument("--child", action="store_true", required=True)
+    cli.parse_args()
+    print(json.dumps(child()))

@@ -104,9 +104,3 @@ def run() -> dict[str, Any]:
         }
 
     return asyncio.run(both())
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(run(), indent=2))

@@ -182,7 +182,3 @@ async def measure() -> dict[str, Any]:
 def run() -> dict[str, Any]:
     """Requests per second for the cached gzip page, and for the peers."""
     return asyncio.run(measure())
-
-
-if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))

@@ -16,6 +16,7 @@ and the process's CPU seconds: what a scraper is charged for.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import json
@@ -164,6 +165,11 @@ def start_monitors(nodes: int, cards: int, allocations: int, interval: float) ->
     return Monitors(process, described["port"], described["control"], described["nodes"])
 
 
-if __name__ == "__main__":
-    count, cards, allocations = (int(a) for a in sys.argv[1:4])
-    asyncio.run(serve_monitors(count, cards, allocations, float(sys.argv[4])))
+if __name__ == "__main__":  # the farm's own process, started by start_monitors
+    cli = argparse.ArgumentParser(prog="python -m bench.kit.farm")
+    cli.add_argument("nodes", type=int)
+    cli.add_argument("cards", type=int)
+    cli.add_argument("allocations", type=int)
+    cli.add_argument("interval", type=float)
+    a = cli.parse_args()
+    asyncio.run(serve_monitors(a.nodes, a.cards, a.allocations, a.interval))

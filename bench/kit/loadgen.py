@@ -12,6 +12,7 @@ body's bytes against its Content-Length; it does not decompress or keep bodies.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -139,9 +140,17 @@ async def load(host: str, port: int, path: str, connections: int, seconds: float
 
 def main(argv: list[str]) -> None:
     """Parse ``HOST PORT PATH CONNECTIONS SECONDS`` and print the result as JSON."""
-    host, port, path = argv[0], int(argv[1]), argv[2]
-    connections, seconds = int(argv[3]), float(argv[4])
-    print(json.dumps(load_sync(host, port, path, connections, seconds)))
+    cli = argparse.ArgumentParser(prog="python -m bench.kit.loadgen")
+    for name, kind in (
+        ("host", str),
+        ("port", int),
+        ("path", str),
+        ("connections", int),
+        ("seconds", float),
+    ):
+        cli.add_argument(name, type=kind)
+    a = cli.parse_args(argv)
+    print(json.dumps(load_sync(a.host, a.port, a.path, a.connections, a.seconds)))
 
 
 def load_sync(host: str, port: int, path: str, connections: int, seconds: float) -> dict[str, Any]:

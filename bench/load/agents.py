@@ -11,6 +11,7 @@ counted apart. Prints one JSON object at the end.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -100,10 +101,20 @@ async def run(
 
 def main(argv: list[str]) -> None:
     """Parse the arguments, push, print the figures as JSON."""
-    url, token = argv[0], Path(argv[1]).read_text().strip()
-    agents, interval = int(argv[2]), float(argv[3])
-    warmup, seconds = float(argv[4]), float(argv[5])
-    print(json.dumps(asyncio.run(run(url, token, agents, interval, warmup, seconds))), flush=True)
+    cli = argparse.ArgumentParser(prog="python -m bench.load.agents")
+    for name, kind in (
+        ("url", str),
+        ("token_file", Path),
+        ("agents", int),
+        ("interval", float),
+        ("warmup", float),
+        ("seconds", float),
+    ):
+        cli.add_argument(name, type=kind)
+    a = cli.parse_args(argv)
+    token = a.token_file.read_text().strip()
+    result = asyncio.run(run(a.url, token, a.agents, a.interval, a.warmup, a.seconds))
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

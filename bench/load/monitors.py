@@ -8,6 +8,7 @@ SIGTERM; it then prints, as JSON, how many requests the monitors answered.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import signal
@@ -34,7 +35,11 @@ async def serve(nodes: int, targets: Path) -> dict[str, int]:
 
 def main(argv: list[str]) -> None:
     """Parse ``NODES TARGETS_FILE`` and serve."""
-    print(json.dumps(asyncio.run(serve(int(argv[0]), Path(argv[1])))), flush=True)
+    cli = argparse.ArgumentParser(prog="python -m bench.load.monitors")
+    cli.add_argument("nodes", type=int)
+    cli.add_argument("targets", type=Path)
+    a = cli.parse_args(argv)
+    print(json.dumps(asyncio.run(serve(a.nodes, a.targets))), flush=True)
 
 
 if __name__ == "__main__":

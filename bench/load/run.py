@@ -20,6 +20,7 @@ counted from the collector's own counters.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -208,13 +209,12 @@ def run(scale: float = SCALE, seconds: float = SECONDS) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> None:
-    """``serve AGENTS TARGETS TOKEN_FILE`` (the collector's process), or run and report."""
-    if argv[:1] == ["serve"]:
-        serve(int(argv[1]), argv[2], argv[3])
-        return
-    raise SystemExit("the load bench runs as `python -m bench load`")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # the collector's own process; the bench is `python -m bench load`
+    cli = argparse.ArgumentParser(prog="python -m bench.load.run")
+    helpers = cli.add_subparsers(dest="helper", required=True)
+    one = helpers.add_parser("serve")
+    one.add_argument("agents", type=int)
+    one.add_argument("targets")
+    one.add_argument("token_file")
+    a = cli.parse_args()
+    serve(a.agents, a.targets, a.token_file)

@@ -48,6 +48,7 @@ before any of the collector's work, in this run.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import json
@@ -917,16 +918,10 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
-        serve(int(sys.argv[2]))
-    elif sys.argv[1:2] == ["floor"]:
-        floor()
-    else:
-        seconds = FILL_TIMEOUT
-        if "--fill-seconds" in sys.argv:
-            seconds = float(sys.argv[sys.argv.index("--fill-seconds") + 1])
-        outcome = run(seconds)
-        print(table(outcome))
-        if "--json" in sys.argv:
-            print(json.dumps(outcome, indent=2))
+if __name__ == "__main__":  # the bench's helper processes: the collector, the floor
+    cli = argparse.ArgumentParser(prog="python -m bench.push.run")
+    helpers = cli.add_subparsers(dest="helper", required=True)
+    helpers.add_parser("serve").add_argument("nodes", type=int)
+    helpers.add_parser("floor")
+    a = cli.parse_args()
+    serve(a.nodes) if a.helper == "serve" else floor()

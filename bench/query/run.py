@@ -65,6 +65,7 @@ values within 1e-9 relative, timestamps equal).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -405,15 +406,25 @@ def summary_lines(result: dict[str, Any]) -> Iterator[str]:
 
 
 def main(argv: list[str]) -> None:
-    """``render ...`` and ``client`` are this bench's helper processes; else run it."""
-    if argv[:1] == ["render"]:
-        nodes, first, last = map(int, argv[1:4])
-        render(nodes, first, last, float(argv[4]), int(argv[5]), float(argv[6]))
-        return
-    if argv[:1] == ["client"]:
+    """This bench's helper processes: ``render`` a slice of the nodes, or the HTTP ``client``."""
+    cli = argparse.ArgumentParser(prog="python -m bench.query.run")
+    helpers = cli.add_subparsers(dest="helper", required=True)
+    one = helpers.add_parser("render")
+    for name, kind in (
+        ("nodes", int),
+        ("first", int),
+        ("last", int),
+        ("start", float),
+        ("rounds", int),
+        ("step", float),
+    ):
+        one.add_argument(name, type=kind)
+    helpers.add_parser("client")
+    a = cli.parse_args(argv)
+    if a.helper == "render":
+        render(a.nodes, a.first, a.last, a.start, a.rounds, a.step)
+    else:
         print(json.dumps(client(json.load(sys.stdin))))
-        return
-    raise SystemExit("the query bench runs as `python -m bench query`")
 
 
 if __name__ == "__main__":

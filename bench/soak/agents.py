@@ -9,6 +9,7 @@ AGENTS nodes until SIGTERM or SIGKILL.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import signal
@@ -20,13 +21,25 @@ from core import logs
 from core.tasks import owned
 from simulator.agents import run_agent
 
+ARGUMENTS: tuple[tuple[str, type], ...] = (
+    ("collector", str),
+    ("token_file", Path),
+    ("root", Path),
+    ("monitors", int),
+    ("agents", int),
+    ("seed", int),
+    ("start", float),
+    ("cards", int),
+    ("allocations", int),
+    ("interval", float),
+)
+"""The positions the soak passes, the order :func:`bench.soak.world.soak_nodes` needs them in."""
 
-async def run(argv: list[str], token: str) -> None:
+
+async def run(a: argparse.Namespace, token: str) -> None:
     """Run the agents until SIGTERM."""
-    collector, root = argv[0], Path(argv[2])
-    monitors, agents, seed = int(argv[3]), int(argv[4]), int(argv[5])
-    start, cards, allocations, interval = float(argv[6]), int(argv[7]), int(argv[8]), float(argv[9])
-    nodes = soak_nodes(monitors, agents, seed, start, cards, allocations)[monitors:]
+    collector, root, monitors, interval = a.collector, a.root, a.monitors, a.interval
+    nodes = soak_nodes(monitors, a.agents, a.seed, a.start, a.cards, a.allocations)[monitors:]
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with contextlib.AsyncExitStack() as stack:
@@ -39,8 +52,12 @@ async def run(argv: list[str], token: str) -> None:
 
 def main(argv: list[str]) -> None:
     """Parse the arguments and run the agents."""
+    cli = argparse.ArgumentParser(prog="python -m bench.soak.agents")
+    for name, kind in ARGUMENTS:
+        cli.add_argument(name, type=kind)
+    a = cli.parse_args(argv)
     logs.setup("text", "warning")
-    asyncio.run(run(argv, Path(argv[1]).read_text().strip()))
+    asyncio.run(run(a, a.token_file.read_text().strip()))
 
 
 if __name__ == "__main__":
