@@ -35,7 +35,7 @@ from bench.fleet.report import (
     status_rows,
 )
 from bench.foundation import heap, ingest, memory, page, serve
-from bench.foundation.report import foundation_rows
+from bench.foundation.report import ingest_rows, memory_rows, page_rows, serve_rows
 from bench.kit import cluster
 from bench.kit.table import RESULTS, Row, mark, table, write_result
 from bench.load import report as load_report
@@ -50,8 +50,14 @@ from bench.query.report import query_rows
 def rows(r: dict[str, Any]) -> list[Row]:
     """The summary table of the results present (the query surfaces apart)."""
     out: list[Row] = []
-    if {"ingest", "page", "serve", "memory"} <= r.keys():
-        out += foundation_rows(r)
+    for name, rows_of in (
+        ("ingest", ingest_rows),
+        ("page", page_rows),
+        ("serve", serve_rows),
+        ("memory", memory_rows),
+    ):
+        if name in r:
+            out += rows_of(r[name])
     if "push" in r:
         out += push_rows(r["push"])
     if "agent" in r:

@@ -7,16 +7,6 @@ from typing import Any
 from bench.kit.table import Row, figure, mark, rate
 
 
-def foundation_rows(r: dict[str, Any]) -> list[Row]:
-    """Ingest, page, serving and memory."""
-    return [
-        *ingest_rows(r["ingest"]),
-        *page_rows(r["page"]),
-        *serve_rows(r["serve"]),
-        *memory_rows(r["memory"]),
-    ]
-
-
 def ingest_rows(ingest: dict[str, Any]) -> list[Row]:
     """Ingest rates, steady, cold and with churn, of each flavour mix beside prometheus_client."""
     out: list[Row] = []
