@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -395,10 +396,20 @@ async def _kubernetes_client(settings: CollectorSettings) -> client.ApiClient:
             except config.ConfigException:
                 pass
         path = str(settings.kubeconfig) if settings.kubeconfig else None
+        default = os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
+        # the client would log "not found" and then call the missing file invalid
+        if path is None and not await asyncio.to_thread(
+            lambda: os.path.isfile(os.path.expanduser(default))
+        ):
+            raise StartupError(
+                "no Kubernetes configuration: no in-cluster service account and no kubeconfig "
+                f"found ({default}); set --kubeconfig / HAMI_COLLECTOR_KUBECONFIG, "
+                "or run with --no-kubernetes and --targets-file"
+            )
         await config.load_kube_config(config_file=path, client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
         raise StartupError(
-            f"no Kubernetes configuration (not in a cluster, and the kubeconfig failed: {exc}); "
-            "set --kubeconfig, or run with --no-kubernetes and --targets-file"
+            f"no Kubernetes configuration: the kubeconfig failed: {' '.join(str(exc).split())}; "
+            "fix --kubeconfig / HAMI_COLLECTOR_KUBECONFIG, or run with --no-kubernetes"
         ) from None
     return client.ApiClient(configuration)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ import aiohttp
 import pytest
 from helpers import program
 
+from agent.cli import main as agent_main
 from agent.settings import AgentSettings
 from collector.cli import ENV_PREFIX, main, parser
 from collector.settings import CollectorSettings
@@ -166,5 +169,53 @@ def test_no_kubernetes_configuration_is_a_clear_start_error(tmp_path: Path) -> N
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing")}
     result = run("serve", "--listen=127.0.0.1:0", env=env)
     assert result.returncode == 2
-    assert "cannot start: no Kubernetes configuration" in result.stderr
-    assert "--no-kubernetes" in result.stderr
+    line = one_line(result.stderr)
+    assert "cannot start: no Kubernetes configuration" in line
+    assert "no in-cluster service account and no kubeconfig found" in line
+    assert "invalid" not in line
+    assert "--kubeconfig / HAMI_COLLECTOR_KUBECONFIG" in line
+    assert "--no-kubernetes" in line
+
+
+def test_serve_help_is_grouped_with_choices_and_whole_defaults() -> None:
+    text = run("serve", "--help", env={"COLUMNS": "60", "PATH": ""}).stdout
+    for heading in (
+        "discovery:",
+        "scraping:",
+        "push (node agents):",
+        "history and queries:",
+        "remote write:",
+        "shards and replicas:",
+        "output and logging:",
+    ):
+        assert f"\n{heading}\n" in text, heading
+    assert "--push-auth {auto,tokenreview,token,none}" in text
+    assert "--log-format {text,json}" in text
+    assert "--flavours {hami,volcano,kai},..." in text
+    assert "default: 10, or the interval when shorter" in " ".join(text.split())
+    assert "repeatable" not in text
+    assert not re.search(r"\w-\n", text), "no line ends inside a hyphenated word"
+
+
+def test_demo_on_a_busy_port_exits_2_with_the_serve_line() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        demo = run("demo", "--listen", f"127.0.0.1:{port}")
+        serve = run("serve", "--no-kubernetes", "--push-auth=none", f"--listen=127.0.0.1:{port}")
+    assert demo.returncode == serve.returncode == 2
+    assert one_line(demo.stderr).startswith(f"cannot start: cannot listen on 127.0.0.1:{port}")
+    assert one_line(serve.stderr).startswith(f"cannot start: cannot listen on 127.0.0.1:{port}")
+    assert "in use" in demo.stderr
+
+
+def test_agent_sample_without_a_node_says_which_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.delenv("HAMI_AGENT_NODE", raising=False)
+    assert agent_main(["sample", "--no-nvml"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "--node / HAMI_AGENT_NODE" in line
+    assert "NODE_NAME" in line
