@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from core.durations import duration
+
 log = logging.getLogger(__name__)
 
 
@@ -84,7 +86,7 @@ class Supervised:
             except Exception:
                 crashes = 1 if time.monotonic() - started >= self._policy.healthy else crashes + 1
                 delay = self._next(crashes)
-                then = "giving up" if delay is None else f"restarting in {delay:.2f}s"
+                then = "giving up" if delay is None else f"restarting in {duration(delay)}"
                 log.error("task %r crashed; %s", self.name, then, exc_info=True)
             else:
                 log.error("task %r ended, but it should run until shutdown", self.name)

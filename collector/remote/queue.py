@@ -28,6 +28,7 @@ import aiohttp
 
 from collector.remote import encode
 from collector.remote.stats import DestinationStats
+from core.durations import duration
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,9 @@ class Destination:
                 log.info("remote write metadata to %s failed: %s", self.stats.name, problem)
                 return
             self.stats.retried(count)
-            log.debug("remote write to %s: %s; retrying in %.2fs", self.stats.name, problem, wait)
+            log.debug(
+                "remote write to %s: %s; retrying in %s", self.stats.name, problem, duration(wait)
+            )
             await asyncio.sleep(wait)
             backoff = min(backoff * 2, self._config.max_backoff)
 

@@ -22,6 +22,7 @@ from yarl import URL
 
 from collector.sources.inflate import Inflate, InflateError
 from core.content import OPENMETRICS_CONTENT_TYPE
+from core.durations import duration
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 USER_AGENT = "hami-usage-collector"
@@ -213,7 +214,9 @@ class _Exchange(asyncio.Protocol):
             self.close()
 
     def _expire(self) -> None:
-        self._fail(ScrapeError("timeout", f"no complete answer within {self._time_limit:g}s"))
+        self._fail(
+            ScrapeError("timeout", f"no complete answer within {duration(self._time_limit)}")
+        )
 
     def _fail(self, exc: Exception) -> None:
         if self._answer is not None and not self._answer.done():
@@ -271,7 +274,7 @@ class Pull:
                     lambda: _Exchange(self._limit), self._host, self._port
                 )
         except TimeoutError:
-            raise ScrapeError("timeout", f"no connection within {time_limit:g}s") from None
+            raise ScrapeError("timeout", f"no connection within {duration(time_limit)}") from None
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             raise ScrapeError(

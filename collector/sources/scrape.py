@@ -37,6 +37,7 @@ from collector.sources.pull import (
 )
 from collector.sources.targets import Target
 from collector.store import Store
+from core.durations import duration
 from core.tasks import Supervised, Supervisor
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ async def fetch(
     except InflateError as exc:
         raise ScrapeError("parse", f"broken gzip body: {exc}") from None
     except TimeoutError:
-        raise ScrapeError("timeout", f"no complete answer within {time_limit:g}s") from None
+        raise ScrapeError("timeout", f"no complete answer within {duration(time_limit)}") from None
     except aiohttp.ClientError as exc:
         raise ScrapeError("connect", f"{type(exc).__name__}: {exc}") from None
 
