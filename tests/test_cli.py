@@ -16,7 +16,7 @@ from agent.cli import main as agent_main
 from agent.settings import AgentSettings
 from collector.cli import ENV_PREFIX, main, parser
 from collector.settings import CollectorSettings
-from core.settings import load_settings
+from core.settings import FileSettings, load_settings
 
 
 def one_line(err: str) -> str:
@@ -154,7 +154,7 @@ def test_the_readme_opens_with_the_two_commands_and_the_docs_list_every_setting(
     assert readme.startswith("# hami-usage-collector\n\nOne ")  # what it is, first
     assert "```sh\nmake run" in readme.split("\n## ")[0], "the two commands on the first screen"
     assert len(readme.splitlines()) <= 300
-    documents = {
+    documents: dict[str, tuple[type[FileSettings], Path]] = {
         "HAMI_COLLECTOR_": (CollectorSettings, root / "docs" / "configuration.md"),
         "HAMI_AGENT_": (AgentSettings, root / "docs" / "configuration.md"),
     }
