@@ -102,6 +102,24 @@ def test_collector_targets_file_must_load_at_start(
     assert words in line
 
 
+def test_a_malformed_targets_file_names_the_file_group_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "targets.yaml"
+    path.write_text("- targets: [a:1]\n  labels: {node: n1}\n- targets: [b:1]\n  labels: {}\n")
+    done = run(
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--listen",
+        "127.0.0.1:0",
+        "--targets-file",
+        str(path),
+    )
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "--targets-file / HAMI_COLLECTOR_TARGETS_FILE" in line
+    assert f"{path}: group 1: labels.node: Field required" in line
+
+
 def test_a_collector_without_any_source_does_not_start() -> None:
     done = run("collector", "serve", "--no-kubernetes", "--listen", "127.0.0.1:0")
     assert done.returncode == 2

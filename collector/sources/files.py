@@ -43,16 +43,19 @@ def load_targets(path: Path) -> list[Target]:
         text = raw.decode()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         groups = _GROUPS.validate_python(data or [])
-    except (ValueError, yaml.YAMLError, ValidationError) as exc:
+    except ValidationError as exc:
+        raise ValueError(f"{path}: {_first_problem(exc)}") from None
+    except (ValueError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     except RecursionError:  # both parsers recurse per level of nesting
         raise ValueError(f"{path}: nested too deeply") from None
     targets = []
-    for group in groups:
+    for index, group in enumerate(groups):
         labels = group.labels
         if labels.flavour not in set(Flavour):
             raise ValueError(
-                f"{path}: flavour {labels.flavour!r} is not one of {', '.join(Flavour)}"
+                f"{path}: group {index}: labels.flavour {labels.flavour!r} "
+                f"is not one of {', '.join(Flavour)}"
             )
         for address in group.targets:
             url = f"{labels.scheme}://{address}{labels.metrics_path}"
@@ -62,6 +65,15 @@ def load_targets(path: Path) -> list[Target]:
                 )
             )
     return targets
+
+
+def _first_problem(error: ValidationError) -> str:
+    """``group N: FIELD: what is wrong``, for the first of a file's problems."""
+    item = error.errors(include_url=False)[0]
+    loc = [str(part) for part in item["loc"]]
+    where = f"group {loc[0]}: {'.'.join(loc[1:]) or 'the group'}" if loc else "the file"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{where}: {item['msg']}{more}"
 
 
 class FileDiscovery:
