@@ -175,7 +175,8 @@ def _demo(listen: str, nodes: int, interval: float) -> int:
     """Check the demo's flags, bind its port, then build and serve the simulated cluster."""
     if nodes < 1:
         print(
-            f"invalid setting --nodes: expected a whole number >= 1, got {nodes}", file=sys.stderr
+            f"invalid setting --nodes: expected a whole number at least 1, got {nodes}",
+            file=sys.stderr,
         )
         return 2
     if interval <= 0:

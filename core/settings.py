@@ -159,7 +159,9 @@ def _expected(item: ErrorDetails, cause: object) -> str:
     bounds |= {"less_than": "below", "less_than_equal": "at most"}
     if item["type"] in bounds:
         limit = next(iter(ctx.values()))
-        return f"expected a number {bounds[item['type']]} {limit}"
+        # a float bound prints as 0.0; people write 0
+        shown = f"{limit:g}" if isinstance(limit, float) else limit
+        return f"expected a number {bounds[item['type']]} {shown}"
     if item["type"] == "literal_error":
         return f"expected one of {ctx.get('expected', '')}".replace("'", "")
     return item["msg"]

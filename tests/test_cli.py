@@ -41,6 +41,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     [
         (["--interval", "soon"], "--interval / HAMI_COLLECTOR_INTERVAL"),
         (["--interval", "5", "--timeout", "10"], "10 s is longer than --interval (5 s)"),
+        (["--interval", "0"], "expected a number above 0, got '0'"),
         (["--listen", "nowhere"], "expected HOST:PORT"),
         (["--flavours", "hami,nvidia"], "unknown flavours ['nvidia']"),
         (["--log-format", "xml"], "--log-format / HAMI_COLLECTOR_LOG_FORMAT"),
