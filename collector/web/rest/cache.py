@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collector.store import Store
 from collector.web.rest.presented import Presented
 from collector.web.usage import UsageIndex
+from core.durations import duration
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,9 @@ class NodeCache:
             await asyncio.sleep(self._period)
             if self._clock() - self._last_read > WARM_AFTER_READ_S:
                 self._read.clear()
-                log.debug("the REST API was not read for %.0fs: warming stops", WARM_AFTER_READ_S)
+                log.debug(
+                    "the REST API was not read for %s: warming stops", duration(WARM_AFTER_READ_S)
+                )
                 continue
             self.refresh(store, WARM_BUDGET_S)
 
