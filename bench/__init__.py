@@ -1,8 +1,11 @@
-"""Benchmarks of the collector's hot paths against peers measured in the same run.
+"""Benchmarks of the collector against peers measured in the same run.
 
-Run with ``make bench`` (``python -m bench``); never collected by pytest. Each
-benchmark module has a ``run() -> dict`` returning its figures; ``__main__``
-runs them all, prints a table of measured value, goal and peer ratio, and
-writes ``bench/results/foundation.json`` and ``.md``. Everything runs on
-loopback, bounded in count and time.
+One entry point: ``python -m bench NAME [options]`` (``--help`` lists the
+benches; no NAME runs the full set, as ``make bench`` does). Subpackages by
+subject: ``foundation`` (the hot paths on one core), ``push``, ``query``,
+``fleet`` (cluster-scale: agent, status page, shards, remote write, RSS),
+``scale``, ``load`` and ``soak``; ``kit`` is what they share (processes and
+ports, timing, the simulated cluster and its monitor farm, the one writer of
+``bench/results/``). The fakes they share with the tests live in ``testing``.
+Never collected by pytest; everything runs on loopback, bounded in count and time.
 """

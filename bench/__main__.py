@@ -1,13 +1,11 @@
-"""``python -m bench``: run every benchmark, print a table, save JSON and markdown.
+"""``python -m bench [NAME] [options]``: one bench, or every one with a summary table.
 
-Each figure is printed with its goal and, where there is one,
-the peer measured in the same run and the ratio to it. Results are written to
-``bench/results/foundation.json`` and ``foundation.md`` (overwritten); the query
-surfaces get a section of their own.
-
-Options: ``--quick`` (or ``BENCH_QUICK=1``) trims the query bench's repeats
-(:data:`bench.query.budget.QUICK`); every figure is still produced. ``--only
-NAME[,NAME]`` runs some benches only and prints their rows without saving.
+Each figure is printed with its goal and, where there is one, the peer
+measured in the same run and the ratio to it. ``all`` (also no NAME) writes
+``bench/results/foundation.json`` and ``.md`` beside each bench's own result;
+``all --quick`` (or ``BENCH_QUICK=1``) trims the query bench's repeats
+(:data:`bench.query.budget.QUICK`) and ``all --only NAME[,NAME]`` runs some of
+the set, printing their rows without saving the summary.
 """
 
 from __future__ import annotations
