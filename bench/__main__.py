@@ -244,7 +244,9 @@ def run_heap(args: argparse.Namespace) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """``python -m bench [NAME] [options]``: every bench, or one."""
-    top = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    top = argparse.ArgumentParser(
+        prog="python -m bench", description="Run one bench, or the full set with no NAME."
+    )
     subs = top.add_subparsers(dest="name", metavar="NAME")
     every = subs.add_parser("all", help="every bench; writes bench/results/foundation.*")
     every.add_argument(
