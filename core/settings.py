@@ -115,6 +115,7 @@ class FileSettings(BaseSettings):
         return init_settings, env_settings, _SettingsFile(settings_cls, yaml_file=_FILE.get())
 
 
+# hand-written: pydantic's messages span lines, link to its docs and never name the flag
 def describe_error(error: ValidationError, prefix: str, file: Path | None = None) -> str:
     """One line naming each bad setting (flag and env var) and what it expects."""
     return "; ".join(_describe(item, prefix, file) for item in error.errors(include_url=False))
@@ -194,6 +195,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+# hand-written, not CliSettingsSource: it cannot group flags by topic or show derived defaults
 def add_model_flags(
     parser: argparse.ArgumentParser,
     model: type[BaseModel],
