@@ -52,7 +52,7 @@ fuzz: $(STAMP)
 # simulator's oracle; the report goes to bench/results/soak.md, a failed check exits 1.
 SOAK_MINUTES ?= 60
 soak: $(STAMP)
-	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m bench.soak
+	$(BIN)/python -m bench soak --minutes $(SOAK_MINUTES)
 
 tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM)
 
