@@ -32,7 +32,7 @@ from bench.fleet.report import (
     shards_rows,
     status_rows,
 )
-from bench.foundation import heap, ingest, memory, page, serve
+from bench.foundation import allocations, heap, ingest, memory, page, serve
 from bench.foundation.report import ingest_rows, memory_rows, page_rows, serve_rows
 from bench.kit import cluster
 from bench.kit.table import RESULTS, Row, mark, table, write_result
@@ -353,6 +353,8 @@ def parser() -> argparse.ArgumentParser:
     hp = subs.add_parser("heap", help="the heap task's sweep and freeze against a full collection")
     hp.add_argument("--nodes", type=int, default=cluster.NODES)
     hp.set_defaults(handler=run_heap)
+    al = subs.add_parser("allocations", help="one refresh of the pod watch's allocation batches")
+    al.set_defaults(handler=lambda a: print(json.dumps(allocations.measure(), indent=2)))
     return top
 
 
