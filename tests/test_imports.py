@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
-    ("agent", "collector.schema", "collector.labelsets", "collector.allocation", "collector.exposition"),
+    (
+        "agent",
+        "collector.schema",
+        "collector.labelsets",
+        "collector.allocation",
+        "collector.exposition",
+    ),
     ("collector.batch", "collector.tsdb"),
     ("collector.normalise", "collector.layout", "collector.promql"),
     ("collector.store",),
