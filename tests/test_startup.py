@@ -76,6 +76,21 @@ def test_agent_listen_address_in_use(busy_port: int, tmp_path: Path) -> None:
     assert "in use" in line
 
 
+def _refused_targets_file(path: Path) -> str:
+    """Start serve on the targets file ``path``: it must exit 2, and its one stderr line."""
+    done = run(
+        "collector",
+        "serve",
+        "--no-kubernetes",
+        "--listen",
+        "127.0.0.1:0",
+        "--targets-file",
+        str(path),
+    )
+    assert done.returncode == 2
+    return one_line(done.stderr)
+
+
 @pytest.mark.parametrize(
     ("content", "words"),
     [(None, "No such file"), ("[{targets: [", "targets.yaml"), ("[[[" * 5000, "too deeply")],
@@ -87,17 +102,7 @@ def test_collector_targets_file_must_load_at_start(
     path = tmp_path / "targets.yaml"
     if content is not None:
         path.write_text(content)
-    done = run(
-        "collector",
-        "serve",
-        "--no-kubernetes",
-        "--listen",
-        "127.0.0.1:0",
-        "--targets-file",
-        str(path),
-    )
-    assert done.returncode == 2
-    line = one_line(done.stderr)
+    line = _refused_targets_file(path)
     assert "--targets-file" in line
     assert words in line
 
@@ -105,17 +110,7 @@ def test_collector_targets_file_must_load_at_start(
 def test_a_malformed_targets_file_names_the_file_group_and_field(tmp_path: Path) -> None:
     path = tmp_path / "targets.yaml"
     path.write_text("- targets: [a:1]\n  labels: {node: n1}\n- targets: [b:1]\n  labels: {}\n")
-    done = run(
-        "collector",
-        "serve",
-        "--no-kubernetes",
-        "--listen",
-        "127.0.0.1:0",
-        "--targets-file",
-        str(path),
-    )
-    assert done.returncode == 2
-    line = one_line(done.stderr)
+    line = _refused_targets_file(path)
     assert "--targets-file / HAMI_COLLECTOR_TARGETS_FILE" in line
     assert f"{path}: group 1: labels.node: Field required" in line
 
