@@ -8,9 +8,12 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from collector.sources.pods import PodDirectory
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -24,6 +27,24 @@ def loopback_socket() -> socket.socket:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     return sock
+
+
+def serve_collector(pods: PodDirectory, **settings: Any) -> None:
+    """Run the real collector on a loopback port until killed, as its command runs it (the same
+    memory policy), with ``pods`` as its pod directory; the port is printed first, alone on stdout."""
+    from aiohttp import web
+
+    from collector.app import build_app
+    from collector.settings import CollectorSettings
+    from core import logs
+    from core.malloc import set_policy
+
+    set_policy()
+    sock = loopback_socket()
+    print(sock.getsockname()[1], flush=True)
+    logs.setup("text", "warning")
+    config = CollectorSettings(listen="127.0.0.1:0", kubernetes=False, **settings)
+    web.run_app(build_app(config, pods), sock=sock, print=None, access_log=None)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench.kit.cluster import ROOT
-from bench.kit.processes import cpu_seconds, loopback_socket, memory_mib, stop
+from bench.kit.processes import cpu_seconds, memory_mib, serve_collector, stop
 from bench.load.readers import Readers
 from bench.soak.checks import OWN, parse_page
 
@@ -54,27 +54,15 @@ SECONDS = 60.0
 
 def serve(agents: int, targets: str, token_file: str) -> None:
     """Run the real collector on a loopback port (printed first) with every agent's pods known."""
-    from aiohttp import web
-
     from bench.push.run import directory
-    from collector.app import build_app
-    from collector.settings import CollectorSettings
-    from core import logs
-    from core.malloc import set_policy
 
-    set_policy()  # the memory policy the collector's command sets
-    sock = loopback_socket()
-    print(sock.getsockname()[1], flush=True)
-    logs.setup("text", "warning")
-    settings = CollectorSettings(
-        listen="127.0.0.1:0",
-        kubernetes=False,
+    serve_collector(
+        directory(agents),
         targets_file=Path(targets),
         interval=SCRAPE_INTERVAL,
         push_auth="token",
         push_token_file=Path(token_file),
     )
-    web.run_app(build_app(settings, directory(agents)), sock=sock, print=None, access_log=None)
 
 
 def _child(*args: str, log: Path) -> subprocess.Popen[str]:

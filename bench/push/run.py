@@ -68,7 +68,14 @@ from typing import Any
 import aiohttp
 
 from bench.kit.columns import Line, aligned
-from bench.kit.processes import cpu_seconds, loopback_socket, memory_mib, stop, wait_healthy
+from bench.kit.processes import (
+    cpu_seconds,
+    loopback_socket,
+    memory_mib,
+    serve_collector,
+    stop,
+    wait_healthy,
+)
 from bench.kit.timing import percentile
 from collector.batch import Source
 from collector.normalise import Normaliser
@@ -288,25 +295,7 @@ def serve(nodes: int) -> None:
 
     The port is printed first, alone on stdout, for :func:`measure` to read.
     """
-    from aiohttp import web
-
-    from collector.app import build_app
-    from collector.settings import CollectorSettings
-    from core import logs
-    from core.malloc import set_policy
-
-    set_policy()  # the memory policy the collector's command sets
-    sock = loopback_socket()
-    print(sock.getsockname()[1], flush=True)
-    logs.setup("text", "warning")
-    settings = CollectorSettings(
-        listen="127.0.0.1:0",
-        kubernetes=False,
-        push_auth="none",
-        stale_after=3600.0,
-    )
-    app = build_app(settings, directory(nodes))
-    web.run_app(app, sock=sock, print=None, access_log=None)
+    serve_collector(directory(nodes), push_auth="none", stale_after=3600.0)
 
 
 def floor() -> None:
