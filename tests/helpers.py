@@ -29,6 +29,7 @@ from collector.settings import CollectorSettings
 from collector.sources.pods import PodDirectory
 from simulator.monitors import MonitorFarm
 from simulator.run import write_targets
+from testing.processes import bind_one_port, stop
 
 RESERVE_TRIES = 5
 """Fresh ports tried before :func:`reserved_port` gives up finding one free on every host."""
@@ -53,21 +54,10 @@ def reserved_port(*hosts: str) -> Iterator[int]:
 
 
 def _reserve(hosts: tuple[str, ...]) -> tuple[int, list[socket.socket]]:
-    for _ in range(RESERVE_TRIES):
-        held: list[socket.socket] = []
-        try:
-            port = 0
-            for host in hosts:
-                sock = socket.socket()
-                held.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                port = sock.getsockname()[1]
-            return port, held
-        except OSError:  # the port the first host got is taken on another: try a new one
-            for sock in held:
-                sock.close()
-    raise AssertionError(f"no port free on all of {hosts} in {RESERVE_TRIES} tries")
+    held = bind_one_port(hosts, RESERVE_TRIES)
+    if held is None:
+        raise AssertionError(f"no port free on all of {hosts} in {RESERVE_TRIES} tries")
+    return held[0].getsockname()[1], held
 
 
 @asynccontextmanager
@@ -238,18 +228,8 @@ def real_prometheus(
     try:
         yield _wait_ready(process, log_path)
     finally:
-        stop_process(process)
+        stop(process)
         log.close()
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Stop a tool the tests started: SIGTERM, then SIGKILL after 10 s."""
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
 
 
 def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
@@ -311,7 +291,7 @@ def real_vmalert(
                 time.sleep(0.1)  # a bounded poll, as in _wait_ready()
             yield url
         finally:
-            stop_process(process)
+            stop(process)
 
 
 def _answers(url: str) -> bool:

@@ -13,7 +13,9 @@ from pathlib import Path
 import cramjam
 import pytest
 from aiohttp import ClientSession, web
-from helpers import real_prometheus, reserved_port, stop_process
+from helpers import real_prometheus, reserved_port
+
+from testing.processes import stop
 
 VICTORIA = Path(__file__).resolve().parent.parent / ".tools" / "victoria-metrics" / "usr" / "bin"
 START_TIMEOUT = 30.0
@@ -56,7 +58,7 @@ def victoria_metrics(work: Path) -> Iterator[str]:
             _wait_healthy(process, url, work / "victoria.log")
             yield url
         finally:
-            stop_process(process)
+            stop(process)
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None:

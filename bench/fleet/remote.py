@@ -45,7 +45,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from bench.kit.cluster import ROOT
-from bench.kit.processes import cpu_seconds, loopback_socket, stop
+from bench.kit.processes import cpu_seconds, loopback_socket
 from bench.kit.table import write_result
 from collector.exposition.render import render_lines, series_key
 from collector.remote.encode import Heads
@@ -53,6 +53,7 @@ from collector.remote.queue import Destination, QueueConfig
 from collector.remote.stats import RemoteStats
 from collector.remote.writer import RemoteWriter
 from core.tasks import Supervisor
+from testing.processes import stop
 
 NODES = 200
 SERIES = 250

@@ -42,11 +42,12 @@ from typing import Any
 import aiohttp
 
 from agent.destinations import Fanout, PushOptions
-from bench.kit.processes import cpu_seconds, memory_mib, stop, wait_healthy
+from bench.kit.processes import cpu_seconds, memory_mib, wait_healthy
 from bench.kit.table import write_result
 from core.payload import Card, Payload
 from core.shards import HASH_RULE, shard_of
 from core.tasks import Supervisor
+from testing.processes import stop
 
 NODES = int(os.environ.get("BENCH_SHARD_NODES", "20000"))
 """Simulated nodes (``BENCH_SHARD_NODES`` lowers it for a quick look)."""

@@ -31,10 +31,10 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.kit.processes import stop
 from core.content import TEXT_CONTENT_TYPE
 from simulator.cluster import build_cluster
 from simulator.monitors import loopback_address
+from testing.processes import bind_one_port, stop
 
 VARIANTS = 2
 """Passes of simulated time rendered per node; interval ``k`` serves pass ``k % VARIANTS``."""
@@ -74,21 +74,10 @@ def render(
 
 def bind_all(hosts: list[str]) -> list[socket.socket]:
     """One listening-ready socket per host, all on one port the kernel picks for the first."""
-    for _ in range(5):
-        held: list[socket.socket] = []
-        port = 0
-        try:
-            for host in hosts:
-                sock = socket.socket()
-                held.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                port = sock.getsockname()[1]
-            return held
-        except OSError:
-            for sock in held:
-                sock.close()
-    raise RuntimeError("no port free on every monitor address")
+    held = bind_one_port(hosts, 5)
+    if held is None:
+        raise RuntimeError("no port free on every monitor address")
+    return held
 
 
 async def serve_monitors(nodes: int, cards: int, allocations: int, interval: float) -> None:

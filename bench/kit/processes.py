@@ -64,17 +64,6 @@ def memory_mib(pid: int) -> dict[str, float]:
     return out
 
 
-def stop(process: subprocess.Popen[Any]) -> None:
-    """Stop a process this benchmark started: SIGTERM, then SIGKILL after 10 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
 async def wait_healthy(
     session: aiohttp.ClientSession, base: str, process: subprocess.Popen[bytes], limit: float
 ) -> None:

@@ -35,9 +35,10 @@ from typing import Any
 import aiohttp
 
 from bench.kit.cluster import ROOT
-from bench.kit.processes import cpu_seconds, memory_mib, serve_collector, stop
+from bench.kit.processes import cpu_seconds, memory_mib, serve_collector
 from bench.load.readers import Readers
 from bench.soak.checks import OWN, parse_page
+from testing.processes import stop
 
 FULL = {"agents": 5000, "monitors": 1000}
 SCALE = 0.2

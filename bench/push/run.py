@@ -73,7 +73,6 @@ from bench.kit.processes import (
     loopback_socket,
     memory_mib,
     serve_collector,
-    stop,
     wait_healthy,
 )
 from bench.kit.timing import percentile
@@ -86,6 +85,7 @@ from collector.sources.push import SeriesKeys, to_batch
 from collector.store import Store
 from core.payload import Payload
 from simulator.cluster import build_cluster
+from testing.processes import stop
 
 NODES = 5000
 CARDS = 8

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from bench.kit.cluster import ROOT
-from bench.kit.processes import stop
 from bench.query.setup import (
     HELPER,
     MONITORS,
@@ -28,6 +27,7 @@ from collector.normalise import Normaliser
 from collector.schema import SourceKind
 from collector.store import Store
 from simulator.cluster import build_cluster
+from testing.processes import stop
 
 GOLDEN = (5**0.5 - 1) / 2
 """Node ``i``'s offset is the fraction of ``i * GOLDEN`` times the step: evenly spread."""

@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.kit.processes import stop
 from bench.query.setup import (
     HTTP_TIMEOUT,
     REMOTE_WRITE_BYTES,
@@ -26,6 +25,7 @@ from bench.query.setup import (
 )
 from collector.tsdb.history import History
 from collector.tsdb.series import absent_mask
+from testing.processes import stop
 
 
 def _varint(n: int) -> bytes:

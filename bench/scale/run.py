@@ -57,10 +57,11 @@ from typing import Any
 
 from bench.kit.cluster import ROOT
 from bench.kit.farm import Monitors, start_monitors
-from bench.kit.processes import cpu_seconds, memory_mib, stop
+from bench.kit.processes import cpu_seconds, memory_mib
 from bench.kit.table import write_result
 from bench.scale.report import markdown
 from simulator.run import collector_flavour
+from testing.processes import stop
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "5000"))
 """Simulated monitors (``BENCH_SCALE_NODES`` lowers it when the machine cannot serve them)."""

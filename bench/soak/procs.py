@@ -18,7 +18,8 @@ from pathlib import Path
 import aiohttp
 
 from bench.kit.cluster import ROOT
-from bench.kit.processes import memory_mib, stop
+from bench.kit.processes import memory_mib
+from testing.processes import stop
 
 
 class Child:
