@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any, ClassVar, Final, TypedDict
 
@@ -63,6 +64,25 @@ ERROR_KEYS: Final = (
     "temperature",
     "power",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process on one device, as NVML's per-process view gives it.
+
+    ``device`` is the UUID of what the process runs on (the card, or its MIG
+    instance), ``card`` the physical card's UUID. ``memory`` is None where the
+    driver hides it (NVML_VALUE_NOT_AVAILABLE); ``sm`` is the process's SM
+    utilisation (0-100) averaged over the samples NVML took since the previous
+    read, 0.0 when NVML has none newer, None where the device has no
+    per-process utilisation (a MIG instance).
+    """
+
+    device: str
+    card: str
+    pid: int
+    memory: int | None
+    sm: float | None
 
 
 def describe(exc: BaseException) -> str:
