@@ -39,6 +39,8 @@ KAI_DEVICES, KAI_CONTAINER = "gpu-fraction-num-devices", "gpu-fraction-container
 KAI_GROUP = "runai-gpu-group"
 KAI_RESERVED_UUID = "run.ai/reserve_for_gpu_index"
 WHOLE_GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+"""NVIDIA's device plugin under the mixed MIG strategy: ``nvidia.com/mig-1g.10gb`` and such."""
 SCHEDULED_BY_VGPU = ("hami.io/vgpu-node", "4pd.io/vgpu-node", "volcano.sh/vgpu-node")
 """Annotations of a pod a vGPU scheduler placed: its ``nvidia.com/gpu`` are vGPUs, not cards."""
 ENDED = frozenset({"Succeeded", "Failed"})
@@ -242,19 +244,31 @@ def resolve_kai(allocation: PodAllocation, uuid_of: Callable[[str], str | None])
 
 
 def _whole(spec: Mapping[str, Any]) -> PodAllocation:
-    """Whole cards asked for in ``nvidia.com/gpu`` limits (their UUIDs are not in the object)."""
+    """Whole cards (``nvidia.com/gpu``) and MIG instances (``nvidia.com/mig-*``) asked for in
+    limits; their UUIDs are not in the object (the kubelet's PodResources API has them).
+
+    A container's devices are numbered whole cards first, then MIG instances by
+    resource name, as the kubelet lists them.
+    """
     grants: list[Grant] = []
     errors: list[str] = []
     for c in spec.get("containers") or []:
-        raw = ((c.get("resources") or {}).get("limits") or {}).get(WHOLE_GPU)
-        if raw is None:
-            continue
-        try:
-            count = int(str(raw))
-        except ValueError:
-            errors.append("number")
-            continue
-        grants.extend(Grant(c.get("name", ""), i, "", None, 1.0, "whole") for i in range(count))
+        limits = (c.get("resources") or {}).get("limits") or {}
+        asked: list[tuple[str, str, float | None]] = (
+            [(WHOLE_GPU, "whole", 1.0)] if WHOLE_GPU in limits else []
+        )
+        asked += [(name, "mig", None) for name in sorted(limits) if name.startswith(MIG_PREFIX)]
+        index = 0
+        for resource, kind, cores in asked:
+            try:
+                count = int(str(limits[resource]))
+            except ValueError:
+                errors.append("number")
+                continue
+            grants.extend(
+                Grant(c.get("name", ""), index + i, "", None, cores, kind) for i in range(count)
+            )
+            index += max(count, 0)
     return PodAllocation(tuple(grants), tuple(errors))
 
 

@@ -35,6 +35,7 @@ from collector.schema import SourceKind
 from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.allocations import AllocationConfig, AllocationSource
+from collector.sources.assignments import Assignments
 from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery, load_targets
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
@@ -299,6 +300,7 @@ def _sources(
                 pods = directory
             auth = _authenticator(settings, api_client, pods)
             pushes = not isinstance(auth, Refuse)
+            assignments = Assignments()  # pushed by agents, read by the allocation source
             if isinstance(pods, KubernetesDirectory) and (pushes or settings.allocations):
                 running = pods  # the cluster-wide pod watch: push attribution and allocations
                 synced.append(("the pod directory", lambda: running.synced))
@@ -312,6 +314,7 @@ def _sources(
                         settings.interval, _priorities(settings)[SourceKind.ALLOCATION]
                     ),
                     app[METRICS].allocation_malformed,
+                    assignments=assignments,
                 )
                 await stack.enter_async_context(tasks.running("allocations", allocations.run))
             config = PushConfig(
@@ -320,7 +323,7 @@ def _sources(
                 _priorities(settings)[SourceKind.AGENT],
                 settings.shard,
             )
-            app[PUSH] = PushReceiver(app[STORE], app[METRICS], auth, pods, config)
+            app[PUSH] = PushReceiver(app[STORE], app[METRICS], auth, pods, config, assignments)
             yield
 
     return sources

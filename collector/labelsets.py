@@ -64,6 +64,30 @@ def vgpu(namespace: str, pod: str, container: str, vdevice_index: int, uuid: str
     )
 
 
+def card_reason(card_labels: Labels, name: str, value: str) -> Labels:
+    """A card's labels with one more that says which of several counts or states it is
+    (``type`` of an ECC count, ``xid``, ``reason`` of a clock event)."""
+    return (*card_labels, (name, value))
+
+
+def mig(
+    parent_uuid: str, mig_uuid: str, gpu_instance: int, compute_instance: int, profile: str
+) -> Labels:
+    """The labels of a MIG instance's series: its parent card's ``device_uuid`` and its own identity."""
+    return (
+        ("compute_instance_id", str(compute_instance)),
+        ("device_uuid", device_uuid(parent_uuid)),
+        ("gpu_instance_id", str(gpu_instance)),
+        ("mig_uuid", mig_uuid),
+        ("profile", profile),
+    )
+
+
+def device(uuid: str) -> Labels:
+    """The labels of a series about a device (a card or a MIG instance) and nothing else."""
+    return (("device_uuid", device_uuid(uuid)),)
+
+
 def container_info(namespace: str, pod: str, container: str, resource_kind: str) -> Labels:
     """The labels of a container's allocation info series (``hami_container_gpu_info``)."""
     return (

@@ -51,6 +51,15 @@ LAST_KERNEL = "hami_container_last_kernel_elapsed_seconds"
 MEMORY_ALLOCATED = "hami_vgpu_memory_allocated_bytes"
 CORE_ALLOCATED = "hami_vgpu_core_allocated_ratio"
 GPU_INFO = "hami_container_gpu_info"
+CONTAINER_ENERGY = "hami_container_energy_joules_total"
+UNATTRIBUTED_MEMORY = "hami_host_gpu_unattributed_memory_bytes"
+ENERGY = "hami_host_gpu_energy_joules_total"
+IDLE_ENERGY = "hami_host_gpu_idle_energy_joules_total"
+ECC_ERRORS = "hami_host_gpu_ecc_errors_total"
+XID_ERRORS = "hami_host_gpu_xid_errors_total"
+CLOCK_EVENT = "hami_host_gpu_clock_event_active"
+MIG_MEMORY_USED = "hami_mig_memory_used_bytes"
+MIG_MEMORY_TOTAL = "hami_mig_memory_total_bytes"
 IDLE = "hami_container_idle_seconds"
 
 FAMILIES: Mapping[str, Family] = {
@@ -75,6 +84,30 @@ FAMILIES: Mapping[str, Family] = {
         Family("hami_host_gpu_memory_total_bytes", "GPU device memory total in bytes"),
         Family("hami_host_gpu_temperature_celsius", "GPU temperature in degrees Celsius"),
         Family("hami_host_gpu_power_usage_watts", "GPU power draw in watts"),
+        # The card's health and energy, and NVML's per-process view (our agent's):
+        Family(ENERGY, "Energy the GPU consumed since its driver loaded, in joules", "counter"),
+        Family(
+            IDLE_ENERGY,
+            "Energy of the GPU since the agent started that no container's utilisation share"
+            " took, in joules; with hami_container_energy_joules_total it sums to the card's",
+            "counter",
+        ),
+        Family(
+            CONTAINER_ENERGY,
+            "Estimated energy of the container on the GPU since the agent started, in joules:"
+            " between two snapshots the card's energy times its busy fraction, split by the"
+            " containers' shares of its per-process SM utilisation",
+            "counter",
+        ),
+        Family(ECC_ERRORS, "GPU memory ECC errors over the card's lifetime, by type", "counter"),
+        Family(XID_ERRORS, "XID critical error events since the agent started, by XID", "counter"),
+        Family(CLOCK_EVENT, "1 while the GPU's clocks are held down for this reason, else 0"),
+        Family(
+            UNATTRIBUTED_MEMORY,
+            "GPU memory of processes that belong to no pod the cluster has, in bytes",
+        ),
+        Family(MIG_MEMORY_USED, "MIG instance memory usage in bytes"),
+        Family(MIG_MEMORY_TOTAL, "MIG instance memory total in bytes"),
     )
 }
 
@@ -90,7 +123,7 @@ ALLOCATION_FAMILIES: Mapping[str, Family] = {
         Family(CORE_ALLOCATED, "Share of the device's cores allocated to the container (0-1)"),
         Family(
             GPU_INFO,
-            "GPU allocation of a container; resource_kind is vgpu, whole, fraction or dra",
+            "GPU allocation of a container; resource_kind is vgpu, whole, mig, fraction or dra",
         ),
         Family(
             IDLE,

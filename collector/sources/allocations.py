@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collector import labelsets, schema
 from collector.allocation import Grant
 from collector.batch import Batch, Source
 from collector.schema import SourceKind
+from collector.sources.assignments import Assignments
 from collector.sources.pods import Holding, PodDirectory, PodRef
 from collector.store import NodeView, Store
 
@@ -53,8 +54,10 @@ class AllocationSource:
         config: AllocationConfig,
         malformed: Callable[[str], None],
         clock: Callable[[], float] = time.time,
+        assignments: Assignments | None = None,
     ) -> None:
         self._directory = directory
+        self._assignments = assignments or Assignments()
         self._store = store
         self._config = config
         self._malformed = malformed
@@ -80,7 +83,7 @@ class AllocationSource:
         now, received = self._clock(), time.monotonic()
         by_node: dict[str, list[Holding]] = {}
         for holding in self._directory.holdings():
-            by_node.setdefault(holding.pod.node, []).append(holding)
+            by_node.setdefault(holding.pod.node, []).append(self._filled(holding))
         self._count_errors(by_node.values())
         for node in self._sources.keys() - by_node.keys():
             self._store.remove(self._sources.pop(node).id)
@@ -91,6 +94,12 @@ class AllocationSource:
             if done % chunk == 0:
                 yield
         self._keys.sweep()
+
+    def _filled(self, holding: Holding) -> Holding:
+        """The holding with the cards its kubelet names for whole-card and MIG grants."""
+        pod = holding.pod
+        grants = self._assignments.fill(pod.namespace, pod.name, holding.grants)
+        return holding if grants is holding.grants else replace(holding, grants=grants)
 
     def _source(self, node: str) -> Source:
         source = self._sources.get(node)
@@ -242,7 +251,10 @@ def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
             fixed.append((allocated, grant.memory))
         if grant.cores is not None:
             fixed.append((cores, grant.cores))
-        if grant.kind != "whole":  # no HAMi-core region: neither usage to stand in for nor kernels
+        if grant.kind not in (
+            "whole",
+            "mig",
+        ):  # no HAMi-core region: neither usage to stand in for nor kernels
             own_limit = None if grant.memory is not None else (limit, allocated)
             vgpus.append(_VgpuKeys(tuple(stand_ins), last_kernel, idle, own_limit))
     return _PodKeys(tuple(fixed), tuple(vgpus))

@@ -33,6 +33,9 @@ class PodRef:
     ``allocation`` is what the pod's own object says it holds, ``bound``
     whether it holds it now (on a node, not ended), ``started`` when it
     started (Unix seconds), ``reserves`` a KAI reservation pod's (group, UUID).
+    ``containers`` maps each running container's ID (the runtime's, without its
+    ``containerd://`` scheme) to its name: NVML's processes name their container
+    by the ID in their cgroup.
     """
 
     uid: str
@@ -44,6 +47,7 @@ class PodRef:
     bound: bool = False
     started: float | None = None
     reserves: tuple[str, str] | None = None
+    containers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,23 @@ def pod_ref(pod: Mapping[str, Any]) -> PodRef:
         allocation.bound(pod),
         allocation.started(pod),
         allocation.reserved_uuid(pod),
+        _container_ids(pod),
     )
+
+
+_STATUSES = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
+def _container_ids(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Container ID -> name, from ``status.*ContainerStatuses[].containerID`` (``containerd://<id>``)."""
+    status = pod.get("status") or {}
+    ids = {}
+    for kind in _STATUSES:
+        for container in status.get(kind) or []:
+            _, _, found = str(container.get("containerID") or "").partition("://")
+            if found and container.get("name"):
+                ids[found] = container["name"]
+    return ids
 
 
 def _claim_containers(pod: Mapping[str, Any]) -> dict[str, str]:

@@ -21,6 +21,8 @@ from collector import labelsets, schema
 from collector.batch import Batch, Series, Source
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
+from collector.sources import nvmlview
+from collector.sources.assignments import Assignments
 from collector.sources.auth import Authenticator, AuthError
 from collector.sources.inflate import WBITS, Inflate, InflateError
 from collector.sources.pods import PodDirectory, PodRef
@@ -77,10 +79,17 @@ def to_batch(
             vgpus.append((pod.namespace, pod.name, container, device.index, device.uuid))
             values += _device_values(device)
             values.append(elapsed)
-    flat, unique = (keys or SeriesKeys()).of(tuple(cards), tuple(vgpus))
+    keys = keys or SeriesKeys()
+    flat, unique = keys.of(tuple(cards), tuple(vgpus))
     offered = len(values) - values.count(None)
     series: Mapping[bytes, float]
-    if unique and offered == len(values):
+    if nvmlview.has_view(payload):
+        view, unknown = nvmlview.series(payload, pods, keys.view)
+        series = {k: float(v) for k, v in zip(flat, values, strict=True) if v is not None}
+        offered += len(view)
+        dropped += unknown
+        series.update(view)
+    elif unique and offered == len(values):
         # the node's keys tuple, shared from push to push: the history sees the same
         # keys by identity, and no dict is built (its hashing was ~10% of a push)
         series = Series(flat, array("d", values))  # type: ignore[arg-type]  # no None
@@ -114,9 +123,10 @@ class SeriesKeys:
     changed one makes keys only for its new cards and vGPUs.
     """
 
-    __slots__ = ("_cards", "_flat", "_groups", "_unique", "_vgpus")
+    __slots__ = ("_cards", "_flat", "_groups", "_unique", "_vgpus", "view")
 
     def __init__(self) -> None:
+        self.view = nvmlview.KeyMemo()
         self._cards: tuple[CardIdent, ...] = ()
         self._vgpus: tuple[VgpuIdent, ...] = ()
         self._flat: tuple[bytes, ...] = ()
@@ -196,8 +206,10 @@ class PushReceiver:
         auth: Authenticator,
         pods: PodDirectory,
         config: PushConfig,
+        assignments: Assignments | None = None,
     ) -> None:
         self._store = store
+        self.assignments = assignments or Assignments()
         self._metrics = metrics
         self._auth = auth
         self._pods = pods
@@ -256,6 +268,8 @@ class PushReceiver:
             keys = self._keys[payload.node] = SeriesKeys()
         batch, unowned = to_batch(payload, self._pods, keys)
         self._seen[payload.node] = (payload.agent, payload.sequence)
+        if payload.assignments is not None:
+            self.assignments.put(payload.node, payload.assignments)
         source = Source(
             f"agent/{payload.node}",
             f"agent {payload.agent}",
@@ -284,6 +298,7 @@ class PushReceiver:
         """Drop what is remembered of a node whose agent went stale."""
         self._seen.pop(node, None)
         self._keys.pop(node, None)
+        self.assignments.forget(node)
 
     def _refuse(
         self,
