@@ -17,9 +17,19 @@ import pynvml  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from agent import gpucheck
-from agent.nvml import NvmlSampler
-from core.payload import Card, Payload
-from simulator.nvml import FIELDS, H200_MEMORY, SimulatedCard, SimulatedNvml, make_cards
+from agent.nvml import ERROR_KEYS, NvmlSampler, ProcessSample
+from core.clockevents import CLOCK_EVENT_REASONS, active
+from core.payload import Card, Mig, Payload
+from simulator.nvml import (
+    FIELDS,
+    H200_MEMORY,
+    MIB,
+    SimulatedCard,
+    SimulatedMig,
+    SimulatedNvml,
+    SimulatedProcess,
+    make_cards,
+)
 
 GIB = 1024**3
 
@@ -98,7 +108,14 @@ PER_FIELD = {
     "utilization": ("utilization", "memory_utilization"),
     "temperature": ("temperature",),
     "power": ("power",),
+    "energy": ("energy",),
+    "ecc": ("ecc_corrected", "ecc_uncorrected"),
+    "clock_events": ("clock_events",),
 }
+#: Calls per sample behind one error key (ECC: one per error type).
+CALLS = {"ecc": 2}
+#: Card fields the sampler never sets (the agent computes it from the processes' shares).
+NOT_SAMPLED = {"idle_energy"}
 
 
 @pytest.mark.parametrize("field", sorted(PER_FIELD))
@@ -116,17 +133,20 @@ def test_a_field_error_costs_that_field_of_that_card_only(field: str) -> None:
     for attr, value in broken.items():
         if attr in PER_FIELD[field]:
             assert value == ("" if attr == "name" else None), attr
-        else:
+        elif attr not in NOT_SAMPLED:
             assert value is not None, attr
-    assert sampler.errors == {field: 1}
+    calls = CALLS.get(field, 1)
+    assert sampler.errors == {field: calls}
     assert "NotSupported" in sampler.last_error[field]
 
     sampler.sample()
-    assert sampler.errors == {field: 2}  # counted per failed read, every sample
+    assert sampler.errors == {field: 2 * calls}  # counted per failed read, every sample
 
 
 def test_every_fake_field_is_a_sampler_error_key() -> None:
-    assert set(PER_FIELD) | {"handle", "uuid"} == FIELDS
+    not_card_fields = {"handle", "uuid", "mig", "processes", "process_utilization", "events"}
+    assert set(PER_FIELD) | not_card_fields == FIELDS
+    assert set(ERROR_KEYS) >= FIELDS
 
 
 def test_a_repeated_failure_warns_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -353,15 +373,338 @@ def test_step_is_deterministic_and_stays_in_range() -> None:
 
 def test_gpucheck_prints_one_sample(capsys: pytest.CaptureFixture[str]) -> None:
     fake = SimulatedNvml(2, fail={("power", 1): pynvml.NVML_ERROR_NOT_SUPPORTED})
-    assert gpucheck.main(fake) == 0
+    fake.cards[0].processes = [SimulatedProcess(4242, GIB, "compute", [(10, 30)])]
+    fake.cards[1].energy_mj = 5_000
+    fake.cards[1].clock_events = 0x4
+    assert gpucheck.main(fake, ["--events-seconds", "0"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [c["uuid"] for c in report["cards"]] == [c.uuid for c in fake.cards]
     assert report["errors"] == {"power": 2}  # two samples are taken
     assert report["driver_version"] == "550.127.05"
     assert set(report["memory_v1_v2"]["0"]) == {"v1", "v2"}
+    assert report["processes"] == [
+        {
+            "device": fake.cards[0].uuid,
+            "card": fake.cards[0].uuid,
+            "pid": 4242,
+            "memory": GIB,
+            "sm": 30.0,
+        }
+    ]
+    assert report["energy_j"]["1"] == 5.0
+    assert report["ecc"]["0"] == {"corrected": 0, "uncorrected": 0}
+    assert report["clock_events"]["1"]["bitmask"] == 4
+    assert report["clock_events"]["1"]["reasons"]["sw_power_cap"] == 1
+    assert report["clock_events"]["1"]["reasons"]["gpu_idle"] == 0
+    assert report["mig"] == {"0": [], "1": []}
+    assert report["events"] is None
+    assert not fake.initialized
+
+
+def test_gpucheck_watches_events_for_the_given_time(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = SimulatedNvml(2, fail={("events", 1): pynvml.NVML_ERROR_NOT_SUPPORTED})
+    assert gpucheck.main(fake, ["--events-seconds", "0.2"]) == 0
+    events = json.loads(capsys.readouterr().out)["events"]
+    assert events["watched"] == [fake.cards[0].uuid]
+    assert events["errors"] == {"events": 1}
+    assert events["xid_errors"] == {}
+    assert events["reason"] is None
     assert not fake.initialized
 
 
 def test_gpucheck_without_a_driver_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpucheck.main(SimulatedNvml(no_driver=True)) == 1
     assert "Library Not Found" in capsys.readouterr().err
+
+
+# -- energy, ECC, clocks-event reasons ------------------------------------------------------
+
+
+def test_energy_is_read_in_joules_and_grows_with_step() -> None:
+    fake = SimulatedNvml(2, seed=4)
+    fake.cards[0].energy_mj = 123_456
+    sampler = started(fake)
+    assert [c.energy for c in sampler.sample()] == [pytest.approx(123.456), 0.0]
+
+    fake.step(0.0)
+    fake.step(10.0)  # 10 s at >= 75 W: at least 750 J more
+    energies = [c.energy or 0.0 for c in sampler.sample()]
+    assert energies[0] >= 123.456 + 750
+    assert energies[1] >= 750
+    fake.step(5.0)  # back in time: the counter does not go backwards
+    assert [c.energy for c in sampler.sample()] == energies
+
+
+def test_a_card_without_energy_support_has_none_not_zero() -> None:
+    fake = SimulatedNvml(2, fail={("energy", 0): pynvml.NVML_ERROR_NOT_SUPPORTED})
+    fake.cards[1].energy_mj = 0
+    sampler = started(fake)
+    cards = sampler.sample()
+    assert cards[0].energy is None
+    assert cards[1].energy == 0.0
+    assert sampler.errors == {"energy": 1}
+
+
+def test_ecc_reads_both_types_of_the_aggregate_counter() -> None:
+    fake = SimulatedNvml(2)
+    fake.cards[1].ecc_corrected = 17
+    fake.cards[1].ecc_uncorrected = 2
+    sampler = started(fake)
+    cards = sampler.sample()
+    assert [(c.ecc_corrected, c.ecc_uncorrected) for c in cards] == [(0, 0), (17, 2)]
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 4
+
+
+def test_ecc_unsupported_is_none_for_both_types() -> None:
+    sampler = started(SimulatedNvml(1, fail={("ecc", 0): pynvml.NVML_ERROR_NOT_SUPPORTED}))
+    (card,) = sampler.sample()
+    assert (card.ecc_corrected, card.ecc_uncorrected) == (None, None)
+    assert sampler.errors == {"ecc": 2}
+
+
+def test_clock_events_bitmask_is_read_and_decoded() -> None:
+    fake = SimulatedNvml(1)
+    fake.cards[0].clock_events = 0x1 | 0x4 | 0x40
+    (card,) = started(fake).sample()
+    assert card.clock_events == 0x45
+    decoded = dict(active(0x45))
+    assert [name for name, on in decoded.items() if on] == [
+        "gpu_idle",
+        "sw_power_cap",
+        "hw_thermal_slowdown",
+    ]
+    assert len(decoded) == len(CLOCK_EVENT_REASONS) == 9
+    assert active(0) == [(name, 0) for _, name in CLOCK_EVENT_REASONS]
+    assert dict(active(0x200 | 0x100)) == {**dict(active(0)), "display_clock_setting": 1}
+
+
+def test_clock_events_bits_match_the_binding() -> None:
+    for bit, name in CLOCK_EVENT_REASONS:
+        camel = "".join(part.capitalize() for part in name.split("_"))
+        assert getattr(pynvml, f"nvmlClocksEventReason{camel}") == bit, name
+
+
+def test_clock_events_move_to_the_throttle_call_when_the_new_one_is_gone() -> None:
+    fake = SimulatedNvml(2, missing={"nvmlDeviceGetCurrentClocksEventReasons"})
+    for card in fake.cards:
+        card.clock_events = 0x8
+    sampler = started(fake)
+    assert [c.clock_events for c in sampler.sample()] == [8, 8]
+    assert [c.clock_events for c in sampler.sample()] == [8, 8]
+    assert not sampler.errors
+    assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 1
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 4
+
+
+def test_xid_counts_are_copied_into_their_cards() -> None:
+    fake = SimulatedNvml(2)
+    counts = {fake.cards[1].uuid: {79: 1, 13: 2}, "GPU-gone": {48: 1}}
+    cards = started(fake).sample(counts)
+    assert cards[0].xid_errors == {}
+    assert cards[1].xid_errors == {79: 1, 13: 2}
+
+
+# -- MIG ----------------------------------------------------------------------------------
+
+
+def mig_card(uuid: str = "GPU-11111111-2222-3333-4444-555555555555") -> SimulatedCard:
+    """An H100-like card with a 3g.40gb instance in slot 0, a hole, and a 1c.2g.20gb one in slot 2."""
+    return SimulatedCard(
+        uuid=uuid,
+        mig=[
+            SimulatedMig(
+                uuid="MIG-aaaaaaaa-0000-0000-0000-000000000001",
+                gpu_instance_id=2,
+                compute_instance_id=0,
+                slices=3,
+                memory_total=40_192 * MIB,
+                memory_used=1_000 * MIB,
+                processes=[SimulatedProcess(100, 900 * MIB)],
+            ),
+            None,
+            SimulatedMig(
+                uuid="MIG-aaaaaaaa-0000-0000-0000-000000000002",
+                gpu_instance_id=5,
+                compute_instance_id=1,
+                slices=2,
+                compute_slices=1,
+                memory_total=19_968 * MIB,
+                processes=[
+                    SimulatedProcess(200, None, "compute"),
+                    SimulatedProcess(201, 10 * MIB, "graphics"),
+                ],
+            ),
+        ],
+    )
+
+
+def test_a_mig_card_reports_its_instances() -> None:
+    fake = SimulatedNvml([SimulatedCard(uuid="GPU-plain"), mig_card()])
+    sampler = started(fake)
+
+    plain, mig = sampler.sample()
+
+    assert plain.mig == []
+    assert mig.mig == [
+        Mig(
+            uuid="MIG-aaaaaaaa-0000-0000-0000-000000000001",
+            gpu_instance_id=2,
+            compute_instance_id=0,
+            profile="3g.40gb",
+            memory_used=1_000 * MIB,
+            memory_total=40_192 * MIB,
+        ),
+        Mig(
+            uuid="MIG-aaaaaaaa-0000-0000-0000-000000000002",
+            gpu_instance_id=5,
+            compute_instance_id=1,
+            profile="1c.2g.20gb",
+            memory_used=0,
+            memory_total=19_968 * MIB,
+        ),
+    ]
+    assert mig.utilization is None  # NOT_SUPPORTED on a MIG-enabled card
+    assert sampler.errors == {"utilization": 1}  # the empty slot is no error
+
+
+def test_mig_mode_not_supported_is_a_card_without_mig_not_an_error() -> None:
+    sampler = started(SimulatedNvml(2, fail={("mig", 1): pynvml.NVML_ERROR_NOT_SUPPORTED}))
+    assert [c.mig for c in sampler.sample()] == [[], []]
+    assert not sampler.errors
+
+
+def test_a_failing_mig_call_is_counted_and_the_card_still_reported() -> None:
+    fake = SimulatedNvml([mig_card()], fail={("mig", 0): pynvml.NVML_ERROR_UNKNOWN})
+    sampler = started(fake)
+    (card,) = sampler.sample()
+    assert card.mig == []
+    assert card.memory_total == H200_MEMORY
+    assert sampler.errors["mig"] == 1
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def test_processes_in_both_lists_are_one_with_the_larger_memory() -> None:
+    fake = SimulatedNvml(2)
+    fake.cards[0].processes = [
+        SimulatedProcess(10, 2 * GIB, "compute"),
+        SimulatedProcess(10, 3 * GIB, "graphics"),
+        SimulatedProcess(11, None, "compute"),
+        SimulatedProcess(11, GIB, "graphics"),
+        SimulatedProcess(12, None, "graphics"),
+    ]
+    uuid = fake.cards[0].uuid
+    assert started(fake).processes() == [
+        ProcessSample(device=uuid, card=uuid, pid=10, memory=3 * GIB, sm=0.0),
+        ProcessSample(device=uuid, card=uuid, pid=11, memory=GIB, sm=0.0),
+        ProcessSample(device=uuid, card=uuid, pid=12, memory=None, sm=0.0),
+    ]
+
+
+def test_process_utilisation_counts_each_sample_once() -> None:
+    fake = SimulatedNvml(1)
+    busy = SimulatedProcess(7, GIB, "compute", [(1_000, 40), (2_000, 60)])
+    idle = SimulatedProcess(8, GIB, "compute", [])
+    fake.cards[0].processes = [busy, idle]
+    sampler = started(fake)
+
+    assert [(p.pid, p.sm) for p in sampler.processes()] == [(7, 50.0), (8, 0.0)]
+    # The fake holds the same samples: NVML returns only newer ones, so none.
+    assert [(p.pid, p.sm) for p in sampler.processes()] == [(7, 0.0), (8, 0.0)]
+
+    busy.samples.append((3_000, 90))
+    idle.samples.extend([(2_500, 10), (3_500, 30)])
+    assert [(p.pid, p.sm) for p in sampler.processes()] == [(7, 90.0), (8, 20.0)]
+    assert not sampler.errors  # NOT_FOUND (no new sample) is not a failure
+
+
+def test_process_utilisation_unsupported_is_none_and_counted() -> None:
+    fake = SimulatedNvml(2, fail={("process_utilization", 0): pynvml.NVML_ERROR_NOT_SUPPORTED})
+    for card in fake.cards:
+        card.processes = [SimulatedProcess(5, GIB, "compute", [(1, 50)])]
+    sampler = started(fake)
+    assert [p.sm for p in sampler.processes()] == [None, 50.0]
+    assert sampler.errors == {"process_utilization": 1}
+
+
+def test_a_mig_cards_processes_are_read_per_instance() -> None:
+    card = mig_card()
+    sampler = started(SimulatedNvml([card]))
+    first, second = (m.uuid for m in card.mig if m is not None)
+    assert sampler.processes() == [
+        ProcessSample(device=first, card=card.uuid, pid=100, memory=900 * MIB, sm=None),
+        ProcessSample(device=second, card=card.uuid, pid=200, memory=None, sm=None),
+        ProcessSample(device=second, card=card.uuid, pid=201, memory=10 * MIB, sm=None),
+    ]
+    assert not sampler.errors
+
+
+def test_a_lost_card_does_not_lose_the_others_processes() -> None:
+    fake = SimulatedNvml(3, lost={1})
+    for i, card in enumerate(fake.cards):
+        card.processes = [SimulatedProcess(100 + i, GIB)]
+    sampler = started(fake)
+    assert [(p.card, p.pid) for p in sampler.processes()] == [
+        (fake.cards[0].uuid, 100),
+        (fake.cards[2].uuid, 102),
+    ]
+    assert sampler.errors == {"handle": 1}
+
+
+def test_an_unreadable_process_list_costs_that_card_only() -> None:
+    fake = SimulatedNvml(2, fail={("processes", 0): pynvml.NVML_ERROR_NO_PERMISSION})
+    for card in fake.cards:
+        card.processes = [SimulatedProcess(9, GIB)]
+    sampler = started(fake)
+    assert [p.card for p in sampler.processes()] == [fake.cards[1].uuid]
+    assert sampler.errors == {"processes": 2}  # the compute and the graphics list
+
+
+def test_processes_before_start_are_empty() -> None:
+    fake = SimulatedNvml(1)
+    assert NvmlSampler(fake).processes() == []
+    assert not fake.calls
+
+
+def test_a_removed_card_drops_its_utilisation_timestamp() -> None:
+    fake = SimulatedNvml(2)
+    for card in fake.cards:
+        card.processes = [SimulatedProcess(1, GIB, "compute", [(5, 10)])]
+    sampler = started(fake)
+    sampler.processes()
+    assert len(sampler._seen) == 2
+    del fake.cards[0]
+    sampler.processes()
+    assert list(sampler._seen) == [fake.cards[0].uuid]
+
+
+# -- device IDs ------------------------------------------------------------------------------
+
+
+def test_device_uuid_for_each_id_form() -> None:
+    plain = SimulatedCard(uuid="GPU-00000000-0000-0000-0000-000000000000")
+    card = mig_card()
+    sampler = started(SimulatedNvml([plain, card]))
+    mig_uuid = "MIG-aaaaaaaa-0000-0000-0000-000000000002"
+
+    assert sampler.device_uuid(plain.uuid) == plain.uuid
+    assert sampler.device_uuid(card.uuid) == card.uuid
+    assert sampler.device_uuid(mig_uuid) == mig_uuid
+    assert sampler.device_uuid("0") == plain.uuid
+    assert sampler.device_uuid("1") == card.uuid
+    assert sampler.device_uuid(f"MIG-{card.uuid}/5/1") == mig_uuid
+    assert sampler.device_uuid(f"MIG-{card.uuid}/2/0") == "MIG-aaaaaaaa-0000-0000-0000-000000000001"
+
+    assert sampler.device_uuid(f"MIG-{card.uuid}/5/0") is None  # no such instance
+    assert sampler.device_uuid(f"MIG-{plain.uuid}/1/0") is None  # not a MIG card
+    assert sampler.device_uuid("MIG-GPU-nope/x/0") is None
+    assert sampler.device_uuid("GPU-ffffffff-0000-0000-0000-000000000000") is None
+    assert sampler.device_uuid("MIG-ffffffff-0000-0000-0000-000000000000") is None
+    assert sampler.device_uuid("7") is None
+    assert sampler.device_uuid("nvidia0") is None
+    assert sampler.device_uuid("") is None
+
+
+def test_device_uuid_before_start_is_none() -> None:
+    assert NvmlSampler(SimulatedNvml(1)).device_uuid("0") is None
