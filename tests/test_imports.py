@@ -47,9 +47,14 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
 )
 """(importer, imported) prefixes that must never meet, whatever the layers say."""
 
-SIMULATOR_USES_AGENT = {"simulator.agentloop": "agent", "simulator.regions": "agent.region_layout"}
+SIMULATOR_USES_AGENT = {
+    "simulator.agentloop": "agent",
+    "simulator.regions": "agent.region_layout",
+    "simulator.kubelet": "agent.podresources",
+}
 """Where the simulator may reach into the agent: the module that runs the real agent in-process,
-and the region writer, which takes its offsets from the reader's layout."""
+the region writer, which takes its offsets from the reader's layout, and the kubelet, which
+serves the proto the agent's stubs were generated from."""
 
 
 def _modules() -> Iterator[tuple[str, Path]]:

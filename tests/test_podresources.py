@@ -8,15 +8,14 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
-from typing import Any
 
-import grpc
 import pytest
 
 from agent.kubelet import GPU_RESOURCES, PodResourcesReader, card_id
-from agent.podresources import api_pb2, api_pb2_grpc
+from agent.podresources import api_pb2
 from core.payload import Assignment
+from simulator import kubelet
+from simulator.kubelet import Kubelet, KubeletServer, container, devices
 
 CARD_A = "GPU-" + "a" * 8 + "-aaaa-aaaa-aaaa-" + "a" * 12
 CARD_B = "GPU-" + "b" * 8 + "-bbbb-bbbb-bbbb-" + "b" * 12
@@ -24,69 +23,10 @@ CARD_C = "GPU-" + "c" * 8 + "-cccc-cccc-cccc-" + "c" * 12
 MIG_1 = "MIG-" + "1" * 8 + "-1111-1111-1111-" + "1" * 12
 # What the NVML sampler would know on this node: UUIDs map to themselves, index 2 is card C.
 KNOWN = {CARD_A: CARD_A, CARD_B: CARD_B, CARD_C: CARD_C, MIG_1: MIG_1, "2": CARD_C}
-BOUND = 10.0  # seconds: the longest any wait in these tests may take
-
-
-def devices(resource: str, *ids: str) -> api_pb2.ContainerDevices:
-    return api_pb2.ContainerDevices(resource_name=resource, device_ids=list(ids))
 
 
 def pod(name: str, *containers: api_pb2.ContainerResources) -> api_pb2.PodResources:
-    return api_pb2.PodResources(name=name, namespace="team", containers=list(containers))
-
-
-def container(name: str, *devs: api_pb2.ContainerDevices) -> api_pb2.ContainerResources:
-    return api_pb2.ContainerResources(name=name, devices=list(devs))
-
-
-class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
-    """Answers what the test sets; ``allocatable`` None answers UNIMPLEMENTED, like old kubelets."""
-
-    def __init__(self) -> None:
-        self.pods: list[api_pb2.PodResources] = []
-        self.allocatable: list[api_pb2.ContainerDevices] | None = []
-        self.list_unimplemented = False
-        self.hold: threading.Event | None = None  # List waits on it (bounded) when set
-        self.allocatable_calls = 0
-
-    def List(
-        self, request: api_pb2.ListPodResourcesRequest, context: Any
-    ) -> api_pb2.ListPodResourcesResponse:
-        if self.list_unimplemented:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method List")
-        if self.hold is not None:
-            self.hold.wait(BOUND)
-        return api_pb2.ListPodResourcesResponse(pod_resources=self.pods)
-
-    def GetAllocatableResources(
-        self, request: api_pb2.AllocatableResourcesRequest, context: Any
-    ) -> api_pb2.AllocatableResourcesResponse:
-        self.allocatable_calls += 1
-        if self.allocatable is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")
-        return api_pb2.AllocatableResourcesResponse(devices=self.allocatable)
-
-
-class Server:
-    """A grpc server for one :class:`Kubelet` on a unix socket; it may be stopped and restarted."""
-
-    def __init__(self, socket: str, kubelet: Kubelet) -> None:
-        self.socket = socket
-        self.kubelet = kubelet
-        self._server: Any = None
-
-    def start(self) -> None:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        add: Any = api_pb2_grpc.add_PodResourcesListerServicer_to_server  # generated, untyped
-        add(self.kubelet, server)
-        assert server.add_insecure_port("unix://" + self.socket) > 0
-        server.start()
-        self._server = server
-
-    def stop(self) -> None:
-        if self._server is not None:
-            assert self._server.stop(grace=None).wait(BOUND)
-            self._server = None
+    return kubelet.pod("team", name, *containers)
 
 
 @pytest.fixture
@@ -99,8 +39,8 @@ def sockdir() -> Iterator[str]:
 
 
 @pytest.fixture
-def server(sockdir: str) -> Iterator[Server]:
-    srv = Server(os.path.join(sockdir, "kubelet.sock"), Kubelet())
+def server(sockdir: str) -> Iterator[KubeletServer]:
+    srv = KubeletServer(os.path.join(sockdir, "kubelet.sock"), Kubelet())
     srv.start()
     yield srv
     if srv.kubelet.hold is not None:
@@ -143,7 +83,7 @@ def test_gpu_resources_skip_nics() -> None:
     assert reader.resources == GPU_RESOURCES
 
 
-def test_list(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_list(server: KubeletServer, reader_for: Callable[..., PodResourcesReader]) -> None:
     server.kubelet.pods = [
         pod("whole", container("main", devices("nvidia.com/gpu", CARD_A, CARD_B))),
         pod("sliced", container("main", devices("nvidia.com/gpu", CARD_C + "::3"))),
@@ -202,7 +142,9 @@ def test_list(server: Server, reader_for: Callable[..., PodResourcesReader]) -> 
     assert reader.unresolved == 1  # GPU-not-on-this-node; example.com/foo is never looked up
 
 
-def test_dynamic_resources(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_dynamic_resources(
+    server: KubeletServer, reader_for: Callable[..., PodResourcesReader]
+) -> None:
     claim = api_pb2.ClaimResource(
         driver_name="gpu.nvidia.com",
         pool_name="node-1",
@@ -225,7 +167,7 @@ def test_dynamic_resources(server: Server, reader_for: Callable[..., PodResource
     assert reader.unresolved == 0
 
 
-def test_allocatable(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_allocatable(server: KubeletServer, reader_for: Callable[..., PodResourcesReader]) -> None:
     server.kubelet.allocatable = [
         devices("nvidia.com/gpu", CARD_A + "::0", CARD_A + "::1", CARD_B + "::0"),
         devices("nvidia.com/mig-1g.10gb", MIG_1),
@@ -239,7 +181,7 @@ def test_allocatable(server: Server, reader_for: Callable[..., PodResourcesReade
 
 
 def test_allocatable_unimplemented(
-    server: Server,
+    server: KubeletServer,
     reader_for: Callable[..., PodResourcesReader],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -255,7 +197,9 @@ def test_allocatable_unimplemented(
     assert any("UNIMPLEMENTED" in r.getMessage() for r in caplog.records)
 
 
-def test_list_unimplemented(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_list_unimplemented(
+    server: KubeletServer, reader_for: Callable[..., PodResourcesReader]
+) -> None:
     server.kubelet.list_unimplemented = True
     reader = reader_for(server.socket)
     assert reader.read() is None
@@ -291,7 +235,9 @@ def test_not_a_socket(sockdir: str, reader_for: Callable[..., PodResourcesReader
     assert path in reader.reason
 
 
-def test_server_restart(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_server_restart(
+    server: KubeletServer, reader_for: Callable[..., PodResourcesReader]
+) -> None:
     server.kubelet.pods = [pod("whole", container("main", devices("nvidia.com/gpu", CARD_A)))]
     reader = reader_for(server.socket)
     assert reader.read() is not None
@@ -311,7 +257,7 @@ def test_server_restart(server: Server, reader_for: Callable[..., PodResourcesRe
     assert server.kubelet.allocatable_calls == 2  # asked again on the new channel
 
 
-def test_slow_server(server: Server, reader_for: Callable[..., PodResourcesReader]) -> None:
+def test_slow_server(server: KubeletServer, reader_for: Callable[..., PodResourcesReader]) -> None:
     server.kubelet.hold = threading.Event()
     reader = reader_for(server.socket, timeout=0.2)
     assert reader.read() is None
@@ -325,7 +271,7 @@ def test_slow_server(server: Server, reader_for: Callable[..., PodResourcesReade
 
 
 def test_recovery_logs_once(
-    server: Server,
+    server: KubeletServer,
     reader_for: Callable[..., PodResourcesReader],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
