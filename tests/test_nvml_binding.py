@@ -196,8 +196,8 @@ def probe() -> None:
     n.nvmlDeviceRegisterEvents(handles[0], n.nvmlEventTypeXidCriticalError, events)
     n.nvmlDeviceRegisterEvents(handles[1], n.nvmlEventTypeXidCriticalError, events)
     waited: list[Any] = []
-    for _ in range(3):
-        data = _call(n.nvmlEventSetWait_v2, events, 1000)
+    for timeout_ms in (1000, 1, 1):  # the queued XID comes at once; then each wait times out
+        data = _call(n.nvmlEventSetWait_v2, events, timeout_ms)
         if isinstance(data, dict):
             waited.append(data)
         else:
@@ -369,3 +369,73 @@ def test_one_xid_then_timeout(seen: dict[str, Any]) -> None:
     }
     assert after == [{"error": "NVMLError_Timeout"}] * 2
     assert seen["register_other_types"] == NOT_SUPPORTED
+
+
+# ---- the agent, end to end through the binding ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gpucheck(libdir: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(
+        run_python(libdir, "-m", "agent.gpucheck", "--events-seconds", "0.5")
+    )
+    return report
+
+
+def test_gpucheck_reads_both_cards(gpucheck: dict[str, Any]) -> None:
+    cards = gpucheck["cards"]
+    assert [(c["index"], c["uuid"], c["name"]) for c in cards] == [
+        (i, fakenvml.UUIDS[i], fakenvml.NAMES[i]) for i in range(fakenvml.CARD_COUNT)
+    ]
+    assert gpucheck["driver_version"] == fakenvml.DRIVER_VERSION
+    # nvmlDeviceGetTemperatureV is missing from the library: the legacy call still answers
+    assert [c["temperature"] for c in cards] == [float(t) for t in fakenvml.TEMPERATURE_C]
+    assert cards[0]["memory_total"] == fakenvml.MEMORY_TOTAL[0]
+    # Every call the agent made found its symbol and read its struct: the only
+    # failures are what card 1 (MIG on) really lacks.
+    assert gpucheck["last_error"], "card 1 answers NOT_SUPPORTED for some readings"
+    for key, text in gpucheck["last_error"].items():
+        assert text.startswith("NVMLError_NotSupported"), f"{key}: {text}"
+
+
+def test_gpucheck_energy_ecc_and_clock_events(gpucheck: dict[str, Any]) -> None:
+    assert gpucheck["energy_j"] == {"0": fakenvml.ENERGY_MJ / 1000, "1": None}
+    assert gpucheck["energy_j"]["0"] == 123456.789
+    corrected, uncorrected = fakenvml.ECC_AGGREGATE
+    assert gpucheck["ecc"] == {
+        "0": {"corrected": corrected, "uncorrected": uncorrected},
+        "1": {"corrected": None, "uncorrected": None},
+    }
+    assert gpucheck["clock_events"]["0"]["bitmask"] == fakenvml.CLOCKS_EVENT_REASONS[0]
+
+
+def test_gpucheck_processes(gpucheck: dict[str, Any]) -> None:
+    card0, card1 = fakenvml.UUIDS
+    mig0 = fakenvml.MIG_UUIDS[0]
+    found = sorted(
+        (p["device"], p["card"], p["pid"], p["memory"], p["sm"]) for p in gpucheck["processes"]
+    )
+    expected = [
+        (card0, card0, pid, memory, fakenvml.CARD0_SM[pid])
+        for pid, (memory, _, _) in fakenvml.CARD0_COMPUTE.items()
+    ] + [(mig0, card1, pid, memory, None) for pid, (memory, _, _) in fakenvml.MIG0_COMPUTE.items()]
+    # 4242 is in both of card 0's lists and is one process; MIG instances have no sm
+    assert found == sorted(expected)
+
+
+def test_gpucheck_mig_instances(gpucheck: dict[str, Any]) -> None:
+    assert gpucheck["mig"]["0"] == []
+    found = [
+        (m["uuid"], m["gpu_instance_id"], m["compute_instance_id"], m["profile"], m["memory_total"])
+        for m in gpucheck["mig"]["1"]
+    ]
+    assert found == [
+        (uuid, gi, ci, "3g.40gb", fakenvml.MIG_MEMORY_TOTAL)
+        for uuid, (gi, ci) in zip(fakenvml.MIG_UUIDS, fakenvml.MIG_INSTANCES, strict=True)
+    ]
+
+
+def test_gpucheck_counts_the_xid_once(gpucheck: dict[str, Any]) -> None:
+    events = gpucheck["events"]
+    assert events["reason"] is None
+    assert events["xid_errors"] == {fakenvml.UUIDS[fakenvml.XID_CARD]: {str(fakenvml.XID): 1}}

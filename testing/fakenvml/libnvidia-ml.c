@@ -21,8 +21,9 @@
  *           123456789 mJ; ECC aggregate corrected 7 / uncorrected 1 (volatile
  *           3 / 0); clocks-event reasons SwPowerCap|HwThermalSlowdown
  *           (0x4|0x40); one XID 79 waiting for the first event set that
- *           registers card 0 for critical XIDs (one per process, then
- *           NVML_ERROR_TIMEOUT, returned at once: the fake never sleeps).
+ *           registers card 0 for critical XIDs (once per process; after it,
+ *           nvmlEventSetWait_v2 blocks for its timeout, as a driver does with
+ *           nothing to report, then answers NVML_ERROR_TIMEOUT).
  *   card 1  GPU-22222222-2222-2222-2222-222222222222  "NVIDIA A100-SXM4-80GB",
  *           MIG on with two 3g.40gb instances: MIG device 0 = gpu instance 1 /
  *           compute instance 0, MIG device 1 = gpu instance 2 / compute
@@ -52,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 /* ---- NVML's types, as nvml.h lays them out -------------------------------- */
 
@@ -650,7 +652,6 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long eventTy
 }
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    (void)timeoutms; /* nothing will happen later: answer at once */
     CHECK_INIT();
     if (set == NULL || data == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -663,6 +664,11 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         data->computeInstanceId = NO_INSTANCE;
         return NVML_SUCCESS;
     }
+    /* Nothing else will happen: block for the timeout, as the driver does, so a
+     * caller's wait loop is paced as on a real node instead of spinning. */
+    struct timespec left = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0)
+        ;
     return NVML_ERROR_TIMEOUT;
 }
 
