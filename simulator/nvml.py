@@ -31,7 +31,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, NamedTuple, NoReturn
+from typing import Any, Final, Literal, NoReturn
 
 import pynvml  # type: ignore[import-untyped, unused-ignore]
 
@@ -69,19 +69,25 @@ MAX_MIG_DEVICES: Final = 7
 """What ``nvmlDeviceGetMaxMigDeviceCount`` answers for an A100/H100/H200."""
 
 
-class SimulatedProcess(NamedTuple):
+@dataclass
+class SimulatedProcess:
     """One process on a card or MIG instance.
 
     ``used_memory`` in bytes, None where the driver hides it (the binding's
     rendering of NVML_VALUE_NOT_AVAILABLE); ``samples``: (timestamp in µs,
-    smUtil 0-100) as NVML's per-process sampler buffers them. A plain tuple in
-    this order works too.
+    smUtil 0-100) as NVML's per-process sampler buffers them; append to it to
+    make the process busy. A plain tuple in this order works too.
     """
 
     pid: int
     used_memory: int | None
     kind: Literal["compute", "graphics"] = "compute"
-    samples: list[tuple[int, int]] = []  # noqa: RUF012 - NamedTuple default, never mutated here
+    samples: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _process(entry: SimulatedProcess | tuple[Any, ...]) -> SimulatedProcess:
+    """A :class:`SimulatedProcess` from itself or from a plain (pid, memory, kind, samples) tuple."""
+    return entry if isinstance(entry, SimulatedProcess) else SimulatedProcess(*entry)
 
 
 @dataclass
@@ -607,17 +613,16 @@ class SimulatedNvml:
         mig = self._mig(handle, "processes")
         if mig is not None:
             return [
-                (SimulatedProcess(*p), mig.gpu_instance_id, mig.compute_instance_id)
-                for p in mig.processes
+                (_process(p), mig.gpu_instance_id, mig.compute_instance_id) for p in mig.processes
             ]
         if card.mig_mode:
             return [
-                (SimulatedProcess(*p), m.gpu_instance_id, m.compute_instance_id)
+                (_process(p), m.gpu_instance_id, m.compute_instance_id)
                 for m in card.mig
                 if m is not None
                 for p in m.processes
             ]
-        return [(SimulatedProcess(*p), NO_INSTANCE, NO_INSTANCE) for p in card.processes]
+        return [(_process(p), NO_INSTANCE, NO_INSTANCE) for p in card.processes]
 
     def _running(self, handle: FakeHandle, kind: str) -> list[FakeProcessInfo]:
         return [
@@ -649,7 +654,7 @@ class SimulatedNvml:
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
         samples = [
             FakeProcessUtilization(pid=p.pid, timeStamp=stamp, smUtil=sm)
-            for p in map(SimulatedProcess._make, card.processes)
+            for p in map(_process, card.processes)
             for stamp, sm in p.samples
             if stamp > last_seen
         ]
