@@ -24,13 +24,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from agent import region_scan
+from agent import attribution, region_scan
+from agent.attribution import EnergyLedger
+from agent.cgroups import ProcOwners
 from agent.destinations import Fanout, PushOptions
+from agent.kubelet import PodResourcesReader
 from agent.nvml import NvmlSampler
 from agent.push import token_reader
 from agent.settings import AgentSettings
+from agent.xid import XidWatcher
 from core.content import TEXT_CONTENT_TYPE
-from core.payload import Device, Payload, Region
+from core.payload import Card, ContainerUsage, Device, Payload, Region
 from core.registry import WithoutCreated
 from core.settings import parse_listen
 from core.tasks import Supervisor
@@ -72,10 +76,23 @@ def regions(scan: region_scan.Scan) -> list[Region]:
 
 
 class Sampler:
-    """Takes snapshots: one scan of the region folders and one NVML sample each."""
+    """Takes snapshots: one scan of the region folders, one NVML sample, one kubelet read.
+
+    With ``owners``, NVML's processes are attributed to pods' containers through
+    their cgroups and the cards' energy is split between them; with ``kubelet``,
+    the snapshot says which card each container holds; with ``xid``, cards carry
+    the XID events counted since the agent started.
+    """
 
     def __init__(
-        self, node: str, roots: Sequence[str], grace: float | None, nvml: NvmlSampler | None
+        self,
+        node: str,
+        roots: Sequence[str],
+        grace: float | None,
+        nvml: NvmlSampler | None,
+        owners: ProcOwners | None = None,
+        kubelet: PodResourcesReader | None = None,
+        xid: XidWatcher | None = None,
     ) -> None:
         self.node = node
         self.instance = uuid.uuid4().hex[:16]
@@ -83,6 +100,10 @@ class Sampler:
         self._roots = [Path(r) for r in roots]
         self._grace = grace
         self._nvml = nvml
+        self._owners = owners
+        self._kubelet = kubelet
+        self._xid = xid
+        self._ledger = EnergyLedger()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.region_count = Gauge(
@@ -95,6 +116,19 @@ class Sampler:
             "hami_agent_cards", "Cards read through NVML in the latest snapshot.", registry=r
         )
         self.nvml_up = Gauge("hami_agent_nvml_available", "1 if NVML is available.", registry=r)
+        self.processes = Gauge(
+            "hami_agent_processes", "NVML's processes in the latest snapshot.", registry=r
+        )
+        self.unreadable = Counter(
+            "hami_agent_processes_unreadable",
+            "Processes skipped because their cgroup could not be read (another PID namespace, gone).",
+            registry=r,
+        )
+        self.pod_resources_up = Gauge(
+            "hami_agent_pod_resources_up",
+            "1 if the kubelet's PodResources API answered the latest snapshot's List.",
+            registry=r,
+        )
         self.duration = Gauge(
             "hami_agent_snapshot_seconds", "How long the latest snapshot took.", registry=r
         )
@@ -109,15 +143,25 @@ class Sampler:
         scan = region_scan.scan(self._roots, grace=self._grace)
         for failure in scan.failures:
             self.region_errors.labels(failure.error.reason).inc()
-        cards = self._nvml.sample() if self._nvml is not None else []
+        nvml = self._nvml
+        cards = nvml.sample(self._xid.counts() if self._xid else None) if nvml else []
+        processes: list[ContainerUsage] = []
+        if self._owners is not None and nvml is not None and nvml.available:
+            cards, processes = self._attribute(nvml, self._owners, cards)
+        assignments = None
+        if self._kubelet is not None:
+            assignments = self._kubelet.read()
+            self.pod_resources_up.set(1 if assignments is not None else 0)
         payload = Payload(
             node=self.node,
             agent=self.instance,
             sequence=self.sequence,
             time=time.time(),
-            nvml=self._nvml is not None and self._nvml.available,
+            nvml=nvml is not None and nvml.available,
             cards=cards,
             regions=regions(scan),
+            processes=processes,
+            assignments=assignments,
         )
         self.sequence += 1
         self.region_count.set(len(payload.regions))
@@ -125,6 +169,22 @@ class Sampler:
         self.nvml_up.set(1 if payload.nvml else 0)
         self.duration.set(time.perf_counter() - started)
         return payload
+
+    def close(self) -> None:
+        """Close the kubelet channel, if one was opened."""
+        if self._kubelet is not None:
+            self._kubelet.close()
+
+    def _attribute(
+        self, nvml: NvmlSampler, owners: ProcOwners, cards: list[Card]
+    ) -> tuple[list[Card], list[ContainerUsage]]:
+        """Each container's processes on each device, and its share of the card's energy."""
+        samples = nvml.processes()
+        pids = {sample.pid for sample in samples}
+        known = owners.owners(pids)
+        self.processes.set(len(pids))
+        self.unreadable.inc(len(pids) - len(known))
+        return self._ledger.split(cards, attribution.usage(samples, known))
 
 
 def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
@@ -204,7 +264,8 @@ class StartupError(Exception):
 async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: object = None) -> None:
     """Sample and push until ``stop`` is set."""
     nvml = start_nvml(settings.nvml, nvml_module)
-    sampler = Sampler(settings.node, settings.roots, settings.grace, nvml)
+    xid = XidWatcher(nvml.module) if nvml is not None and nvml.available else None
+    sampler = sampler_of(settings, nvml, xid)
     token = token_reader(str(settings.token_file) if settings.token_file else None)
     options = PushOptions(
         token, settings.backlog_seconds, settings.backlog_bytes, settings.push_timeout
@@ -225,12 +286,42 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
             await fanout.update()  # the first snapshot finds its destinations
             tasks.start("resolve", fanout.run)
             tasks.start("sample", functools.partial(sample, sampler, fanout, settings.interval))
+            if xid is not None:
+                tasks.start("xid events", functools.partial(watch_xid, xid))
             await stop.wait()
     finally:
         server.shutdown()
         server.server_close()
+        sampler.close()
         if nvml is not None:
             nvml.close()
+
+
+def sampler_of(
+    settings: AgentSettings, nvml: NvmlSampler | None, xid: XidWatcher | None = None
+) -> Sampler:
+    """The sampler the settings ask for: attribution and the kubelet read where NVML runs."""
+    owners = kubelet = None
+    if nvml is not None and nvml.available:
+        if settings.processes:
+            owners = ProcOwners(settings.host_proc)
+        kubelet = PodResourcesReader(str(settings.pod_resources_socket), nvml.device_uuid)
+    return Sampler(settings.node, settings.roots, settings.grace, nvml, owners, kubelet, xid)
+
+
+async def watch_xid(watcher: XidWatcher) -> None:
+    """Wait on NVML's XID events in a thread until cancelled.
+
+    The thread's waits are bounded (one second each), so a cancel stops it
+    within a second; NVML has no way to wake a waiting thread early.
+    """
+    stop = threading.Event()
+    try:
+        await asyncio.shield(asyncio.to_thread(watcher.run, stop))
+    finally:
+        stop.set()
+    if watcher.reason is not None:  # a driver without events: nothing to watch, nothing wrong
+        await asyncio.Event().wait()
 
 
 async def sample(sampler: Sampler, fanout: Fanout, interval: float) -> None:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import __version__
-from agent.app import Sampler, StartupError, run, start_nvml
+from agent.app import StartupError, run, sampler_of, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
 from core.settings import (
@@ -22,6 +22,7 @@ from core.settings import (
 
 GROUPS = {
     "sampling": ("node", "interval", "roots", "grace", "nvml"),
+    "attribution": ("processes", "host_proc", "pod_resources_socket"),
     "push": (
         "collector",
         "collector_shards",
@@ -74,9 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(NO_NODE, file=sys.stderr)
         return 2
     if command == "sample":
-        nvml = start_nvml(settings.nvml)
-        payload = Sampler(settings.node, settings.roots, settings.grace, nvml).snapshot()
-        print(payload.model_dump_json(indent=2))
+        sampler = sampler_of(settings, start_nvml(settings.nvml))
+        print(sampler.snapshot().model_dump_json(indent=2))
+        sampler.close()
         return 0
     try:
         asyncio.run(run(settings))

@@ -50,6 +50,18 @@ class AgentSettings(FileSettings):
         description="Skip region folders untouched for this many seconds (leftovers of deleted pods).",
     )
     nvml: bool = Field(True, description="Read cards through NVML.")
+    processes: bool = Field(
+        True,
+        description="Attribute NVML's processes to pods' containers through their cgroups under --host-proc.",
+    )
+    host_proc: Path = Field(
+        Path("/proc"),
+        description="The host's /proc (the chart mounts it read-only): NVML's PIDs are the host's.",
+    )
+    pod_resources_socket: Path = Field(
+        Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="The kubelet's PodResources API socket: which card each container holds.",
+    )
     token_file: Path | None = Field(
         None,
         description="Projected service-account token (or shared token) sent as a bearer token.",
