@@ -32,14 +32,19 @@ from collector.store import NodeView
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
     family.encode(): slot for slot, family in enumerate(schema.CARD_FAMILIES)
 }
-_CONTAINER_FAMILIES: Final = (*schema.VGPU_FAMILIES, *(f for _, f in schema.ALLOCATION_READINGS))
+_CONTAINER_FAMILIES: Final = (
+    *schema.VGPU_FAMILIES,
+    *(f for _, f in schema.ALLOCATION_READINGS),
+    schema.CONTAINER_ENERGY,
+)
 _CONTAINER_SLOTS: Final[Mapping[bytes, int]] = {
     family.encode(): slot for slot, family in enumerate(_CONTAINER_FAMILIES)
 }
 
 _CARD_READINGS: Final = tuple(reading for reading, _ in schema.CARD_READINGS)
-_VGPU_READINGS: Final = tuple(
-    reading for reading, _ in (*schema.VGPU_READINGS, *schema.ALLOCATION_READINGS)
+_VGPU_READINGS: Final = (
+    *(reading for reading, _ in (*schema.VGPU_READINGS, *schema.ALLOCATION_READINGS)),
+    "energy",
 )
 
 CardLabels = tuple[int | None, str, str | None]
@@ -104,6 +109,8 @@ class ContainerReading(NamedTuple):
     cores_allocated: float | None = None
     """Share of the card's cores, 0-1."""
     idle_seconds: float | None = None
+    energy: float | None = None
+    """Joules since the node's agent started (NVML's process view)."""
 
 
 class Shape:
@@ -370,4 +377,5 @@ def _container(
         memory_allocated=_bytes(read["memory_allocated"]),
         cores_allocated=read["cores_allocated"],
         idle_seconds=read["idle_seconds"],
+        energy=read["energy"],
     )

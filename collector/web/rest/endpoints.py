@@ -49,6 +49,7 @@ READING_OF = {
     "memory_allocated_bytes": "memory_allocated",
     "cores_allocated": "cores_allocated",
     "idle_seconds": "idle_seconds",
+    "energy_joules": "energy",
 }
 """API field of a container row -> attribute of its :class:`~collector.web.usage.ContainerReading`."""
 CONTAINER_SORT_FIELDS = ("node", *READING_OF)

@@ -124,6 +124,11 @@ class ContainerUsage(_Model):
     idle_seconds: float | None = Field(
         description="seconds since the last kernel, or since the pod started if none ran"
     )
+    energy_joules: float | None = Field(
+        None,
+        description="estimated energy on the card since the node's agent started (its share of"
+        " the card's, by SM utilisation); null without a node agent",
+    )
     utilisation_of_allocation: AllocationUse | None = Field(
         description="null without an allocation"
     )

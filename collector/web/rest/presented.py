@@ -61,6 +61,7 @@ def _container_fields(c: ContainerReading) -> dict[str, Any]:
         "memory_allocated_bytes": c.memory_allocated,
         "cores_allocated": c.cores_allocated,
         "idle_seconds": c.idle_seconds,
+        "energy_joules": c.energy,
         "utilisation_of_allocation": _use(c),
     }
 
