@@ -8,13 +8,21 @@ the agent's own sampler and pusher over them, in the caller's event loop.
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.app import Sampler
+from agent.app import Sampler, watch_xid
+from agent.cgroups import ProcOwners
+from agent.kubelet import PodResourcesReader
 from agent.nvml import NvmlSampler
 from agent.push import Backlog, Pusher
+from agent.xid import XidWatcher
 from core.tasks import owned
+from simulator.attributed import AttributedNode
+from simulator.kubelet import KubeletServer
 from simulator.nvml import SimulatedCard, SimulatedNvml
 from simulator.regions import ProcSlot, RegionSpec, write_region
 
@@ -23,6 +31,7 @@ __all__ = [
     "RegionSpec",
     "SimulatedCard",
     "SimulatedNvml",
+    "run_attributed",
     "run_simulated",
     "write_region",
 ]
@@ -45,8 +54,46 @@ async def run_simulated(
     sampler_nvml = NvmlSampler(nvml)
     sampler_nvml.start()
     sampler = Sampler(node, [str(root)], None, sampler_nvml)
+    await push_snapshots(sampler, collector, token, interval, step)
+
+
+async def run_attributed(
+    node: AttributedNode, collector: str, token: Callable[[], str | None], interval: float
+) -> None:
+    """The real agent on a node of the NVIDIA device plugin, with its kubelet, until cancelled.
+
+    The agent attributes the node's processes through its ``/proc``, reads its
+    kubelet's PodResources over a real gRPC socket and watches its XID events.
+    """
+    nvml = NvmlSampler(node.nvml)
+    nvml.start()
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a socket path has 108 bytes at most
+        server = KubeletServer(os.path.join(short, "kubelet.sock"), node.kubelet)
+        server.start()
+        reader = PodResourcesReader(server.socket, nvml.device_uuid)
+        xid = XidWatcher(node.nvml)
+        sampler = Sampler(node.name, [], None, nvml, ProcOwners(node.proc), reader, xid)
+        try:
+            async with owned(watch_xid(xid), f"xid events {node.name}"):
+                await asyncio.to_thread(xid.ready.wait, 10.0)  # the first step posts an XID
+                await push_snapshots(
+                    sampler, collector, token, interval, lambda: node.step(time.time())
+                )
+        finally:
+            sampler.close()
+            server.stop()
+
+
+async def push_snapshots(
+    sampler: Sampler,
+    collector: str,
+    token: Callable[[], str | None],
+    interval: float,
+    step: Callable[[], None],
+) -> None:
+    """Step, sample and push every ``interval`` until cancelled."""
     pusher = Pusher(collector, token, Backlog(600, 8 << 20))
-    async with owned(pusher.run(), f"push {node}"):
+    async with owned(pusher.run(), f"push {sampler.node}"):
         while True:
             step()
             pusher.submit(await asyncio.to_thread(sampler.snapshot))

@@ -28,6 +28,7 @@ from simulator.agentloop import (
     run_simulated,
     write_region,
 )
+from simulator.attributed import AttributedNode
 from simulator.devices import Allocation
 from simulator.node import SimulatedNode
 from simulator.pods import Objects, cluster_objects
@@ -119,7 +120,8 @@ class SimulatedDirectory:
 
     It reads the pods' Kubernetes objects (:mod:`simulator.pods`) through
     the collector's own parsers. Pods of the nodes named in ``dra`` use one
-    ResourceClaim per container. A pod's start is when this directory first saw it.
+    ResourceClaim per container; ``attributed`` nodes add their device plugin's pods. A
+    pod's start is when this directory first saw it.
     """
 
     def __init__(
@@ -127,8 +129,10 @@ class SimulatedDirectory:
         nodes: Sequence[SimulatedNode],
         dra: Collection[str] = (),
         clock: Callable[[], float] = time.time,
+        attributed: Sequence[AttributedNode] = (),
     ) -> None:
         self._nodes = nodes
+        self._attributed = attributed
         self._dra = dra
         self._clock = clock
         self._born: dict[str, float] = {}
@@ -149,7 +153,10 @@ class SimulatedDirectory:
 
     def objects(self) -> Objects:
         """The simulated cluster's pods, claims and slices, as the API would serve them."""
-        return cluster_objects(self._nodes, self._dra, self._started, claim_uid)
+        objects = cluster_objects(self._nodes, self._dra, self._started, claim_uid)
+        for node in self._attributed:
+            objects.pods.extend(node.pods(self._started(node.name)))
+        return objects
 
     def _started(self, uid: str) -> float:
         return self._born.setdefault(uid, self._clock())

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.podresources import api_pb2
 from simulator import kubelet
 from simulator.nvml import (
     H200_MEMORY,
@@ -209,7 +208,7 @@ class AttributedNode:
             self._xids = due
             self.nvml.post_xid(1, 31)
 
-    def _listed(self, w: Workload) -> api_pb2.PodResources:
+    def _listed(self, w: Workload) -> kubelet.PodResources:
         card = self.nvml.cards[w.card]
         if w.mig_slot is not None:
             mig = card.mig[w.mig_slot]

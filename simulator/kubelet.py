@@ -17,6 +17,9 @@ import grpc
 
 from agent.podresources import api_pb2, api_pb2_grpc
 
+PodResources = api_pb2.PodResources
+"""One pod's entry of a List answer."""
+
 BOUND = 10.0
 """Seconds any wait of the server may take: a held List, a stop."""
 

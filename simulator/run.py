@@ -25,13 +25,17 @@ from collector.settings import CollectorSettings
 from core import logs
 from core.settings import parse_listen
 from core.tasks import owned
+from simulator.agentloop import run_attributed
 from simulator.agents import SimulatedDirectory, run_agent
+from simulator.attributed import AttributedNode
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS
 from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
 
 DRA_NODES = 2
+PLUGIN_NODE = "gpu-plugin-01"
+"""The node whose pods the NVIDIA device plugin placed: only NVML and the kubelet see them."""
 
 
 def collector_flavour(simulated: str) -> Flavour:
@@ -84,6 +88,18 @@ def agents_context(
     return agents_running
 
 
+def attributed_context(
+    node: AttributedNode, collector: str, token: str, interval: float
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context running the real agent, with its kubelet, on the device plugin's node."""
+
+    async def running(app: web.Application) -> AsyncIterator[None]:
+        async with owned(run_attributed(node, collector, lambda: token, interval), node.name):
+            yield
+
+    return running
+
+
 def demo_app(
     listen: str, nodes: int, interval: float, folder: Path
 ) -> tuple[web.Application, list[str]]:
@@ -110,15 +126,18 @@ def demo_app(
         push_auth="token",
         push_token_file=folder / "push-token",
     )
-    directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes])
+    plugin = AttributedNode(PLUGIN_NODE, folder / "agents" / PLUGIN_NODE / "proc", seed=1)
+    directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes], attributed=[plugin])
     app = build_app(settings, directory)
     app.cleanup_ctx.insert(0, farm_context(monitored, targets_file, flaky))
     app.cleanup_ctx.append(agents_context(agents, folder / "agents", base, token, interval))
+    app.cleanup_ctx.append(attributed_context(plugin, base, token, interval))
     kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
     lines = [
         f"Status page: {base}/",
         f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}",
-        f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name}",
+        f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name},"
+        f" {PLUGIN_NODE} (NVIDIA device plugin: a whole card, time-sharing, MIG, a host process)",
         f"Scrape target (whole cluster): {base}/metrics",
         f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)",
         f"Chargeback: {base}/api/v1/usage?by=namespace  ({base}/api/v1/usage?format=csv)",

@@ -394,9 +394,10 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
                     "gpu-node-001",
                     "gpu-node-005",
                     "gpu-node-006",
+                    "gpu-plugin-01",
                 ]
 
-            await eventually(failing_in_browser, 90, f"chromium showing {flaky} failing, 3 agents")
+            await eventually(failing_in_browser, 90, f"chromium showing {flaky} failing, 4 agents")
             _, cells = Rows(dom).row(flaky, "kai")
             assert cells[3].strip() == "failing"
             assert cells[-1].startswith(("http: HTTP 500", "timeout: no complete answer"))
