@@ -94,6 +94,9 @@ AGENT_OWNED = {
     "node",
     "roots",
     "nvml",
+    "processes",
+    "host_proc",
+    "pod_resources_socket",
     "token_file",
     "listen",
     "log_format",
@@ -355,14 +358,26 @@ def test_agent_daemonset(rendered: dict[str, list[Doc]]) -> None:
     assert c["args"] == ["run"]
     assert pod["serviceAccountName"] == AGENT
     assert pod["automountServiceAccountToken"] is False
-    # The region folder: a hostPath, mounted read-only; no other host path.
+    # The region folder, the host's /proc and the kubelet's pod-resources folder: hostPaths,
+    # mounted read-only; no other host path, and not the host's PID namespace.
     volumes = {v["name"]: v for v in pod["volumes"]}
     host = [v for v in pod["volumes"] if "hostPath" in v]
-    assert [v["hostPath"]["path"] for v in host] == ["/usr/local/vgpu"]
+    paths = [v["hostPath"]["path"] for v in host]
+    assert paths == ["/usr/local/vgpu", "/proc", "/var/lib/kubelet/pod-resources"]
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     for volume in host:
         assert mounts[volume["name"]]["readOnly"] is True
-        assert mounts[volume["name"]]["mountPath"] == volume["hostPath"]["path"]
+    assert "hostPID" not in pod
+    at = {v["hostPath"]["path"]: mounts[v["name"]]["mountPath"] for v in host}
+    agent_env = env_of(ds)
+    assert at["/proc"] == agent_env["HAMI_AGENT_HOST_PROC"] == "/host/proc"
+    socket = Path(agent_env["HAMI_AGENT_POD_RESOURCES_SOCKET"])
+    assert str(socket.parent) == at["/var/lib/kubelet/pod-resources"]
+    # the kubelet's socket is root's: user 0, but no capability and nothing writable
+    assert c["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
     # The projected token carries the audience the collector checks.
     collector_env = env_of(one(docs, "Deployment"))
     (source,) = volumes["token"]["projected"]["sources"]
