@@ -110,9 +110,13 @@ def fake_nvml(node: SimulatedNode) -> SimulatedNvml:
     return SimulatedNvml(nvml_cards(node))
 
 
-def sync_nvml(nvml: SimulatedNvml, node: SimulatedNode) -> None:
-    """Copy the node's current card readings into the simulated NVML."""
+def sync_nvml(nvml: SimulatedNvml, node: SimulatedNode, elapsed: float = 0.0) -> None:
+    """Copy the node's current card readings into the simulated NVML; each card's energy
+    counter goes on from its previous value by its power over ``elapsed`` seconds."""
+    before = {card.uuid: card.energy_mj for card in nvml.cards}
     nvml.cards = nvml_cards(node)
+    for card in nvml.cards:
+        card.energy_mj = before.get(card.uuid, 0) + round(card.power_mw * elapsed)
 
 
 class SimulatedDirectory:
@@ -192,10 +196,14 @@ async def run_agent(
 ) -> None:
     """The real agent's sampler and pusher on a simulated node, until cancelled."""
     nvml = fake_nvml(node)
+    last = time.time()
 
     def step() -> None:
-        node.step(time.time())
+        nonlocal last
+        now = time.time()
+        node.step(now)
         write_regions(root, node, dra)
-        sync_nvml(nvml, node)
+        sync_nvml(nvml, node, now - last)
+        last = now
 
     await run_simulated(node.name, root, nvml, collector, token, interval, step)
