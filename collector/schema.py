@@ -111,6 +111,19 @@ FAMILIES: Mapping[str, Family] = {
     )
 }
 
+NVML_VIEW_FAMILIES = (
+    ENERGY,
+    IDLE_ENERGY,
+    CONTAINER_ENERGY,
+    ECC_ERRORS,
+    XID_ERRORS,
+    CLOCK_EVENT,
+    UNATTRIBUTED_MEMORY,
+    MIG_MEMORY_USED,
+    MIG_MEMORY_TOTAL,
+)
+"""The families only the agent's wider NVML view makes (no monitor exports them)."""
+
 ALLOCATION_FAMILIES: Mapping[str, Family] = {
     family.name: family
     for family in (
