@@ -51,9 +51,7 @@ class Card(_Strict):
     )
     ecc_corrected: int | None = Field(None, ge=0, description="aggregate (lifetime) count")
     ecc_uncorrected: int | None = Field(None, ge=0, description="aggregate (lifetime) count")
-    clock_events: int | None = Field(
-        None, ge=0, description="NVML's clocks-event reasons bitmask"
-    )
+    clock_events: int | None = Field(None, ge=0, description="NVML's clocks-event reasons bitmask")
     xid_errors: dict[int, int] = Field(
         default_factory=dict, max_length=256, description="XID -> events since the agent started"
     )
