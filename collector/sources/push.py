@@ -84,12 +84,12 @@ def to_batch(
     offered = len(values) - values.count(None)
     series: Mapping[bytes, float]
     if nvmlview.has_view(payload):
-        view, unknown = nvmlview.series(payload, pods, keys.view)
-        series = {k: float(v) for k, v in zip(flat, values, strict=True) if v is not None}
-        offered += len(view)
+        view_keys, view_values, unknown = nvmlview.series(payload, pods, keys.view)
+        flat, unique = keys.joined(flat, unique, view_keys)
+        values += view_values
+        offered += len(view_values)
         dropped += unknown
-        series.update(view)
-    elif unique and offered == len(values):
+    if unique and offered == len(values):
         # the node's keys tuple, shared from push to push: the history sees the same
         # keys by identity, and no dict is built (its hashing was ~10% of a push)
         series = Series(flat, array("d", values))  # type: ignore[arg-type]  # no None
@@ -123,7 +123,7 @@ class SeriesKeys:
     changed one makes keys only for its new cards and vGPUs.
     """
 
-    __slots__ = ("_cards", "_flat", "_groups", "_unique", "_vgpus", "view")
+    __slots__ = ("_cards", "_flat", "_groups", "_joined", "_unique", "_vgpus", "view")
 
     def __init__(self) -> None:
         self.view = nvmlview.KeyMemo()
@@ -132,6 +132,24 @@ class SeriesKeys:
         self._flat: tuple[bytes, ...] = ()
         self._unique = True
         self._groups: dict[CardIdent | VgpuIdent, tuple[bytes, ...]] = {}
+        self._joined: tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[bytes, ...], bool] = (
+            (),
+            (),
+            (),
+            True,
+        )
+
+    def joined(
+        self, flat: tuple[bytes, ...], unique: bool, view: tuple[bytes, ...]
+    ) -> tuple[tuple[bytes, ...], bool]:
+        """``flat`` and then ``view``, the same tuple as the previous push's when both are the
+        same (the history sees the keys by identity), and whether no key repeats."""
+        was_flat, was_view, joined, joined_unique = self._joined
+        if flat is not was_flat or view != was_view:
+            joined = flat + view
+            joined_unique = unique and len(set(joined)) == len(joined)
+            self._joined = (flat, view, joined, joined_unique)
+        return joined, joined_unique
 
     def of(
         self, cards: tuple[CardIdent, ...], vgpus: tuple[VgpuIdent, ...]
