@@ -29,12 +29,12 @@ from agent.attribution import EnergyLedger
 from agent.cgroups import ProcOwners
 from agent.destinations import Fanout, PushOptions
 from agent.kubelet import PodResourcesReader
-from agent.nvml import NvmlSampler
+from agent.nvml import NvmlSampler, ProcessSample
 from agent.push import token_reader
 from agent.settings import AgentSettings
 from agent.xid import XidWatcher
 from core.content import TEXT_CONTENT_TYPE
-from core.payload import Card, ContainerUsage, Device, Payload, Region
+from core.payload import Assignment, Card, ContainerUsage, Device, Payload, Region
 from core.registry import WithoutCreated
 from core.settings import parse_listen
 from core.tasks import Supervisor
@@ -75,6 +75,10 @@ def regions(scan: region_scan.Scan) -> list[Region]:
     return out
 
 
+KUBELET_REFRESH = 60.0
+"""Seconds after which the kubelet's assignments are asked again though no process changed."""
+
+
 class Sampler:
     """Takes snapshots: one scan of the region folders, one NVML sample, one kubelet read.
 
@@ -104,6 +108,8 @@ class Sampler:
         self._kubelet = kubelet
         self._xid = xid
         self._ledger = EnergyLedger()
+        self._samples: list[ProcessSample] = []
+        self._listed: tuple[frozenset[int], float, list[Assignment] | None] | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.region_count = Gauge(
@@ -148,10 +154,7 @@ class Sampler:
         processes: list[ContainerUsage] = []
         if self._owners is not None and nvml is not None and nvml.available:
             cards, processes = self._attribute(nvml, self._owners, cards)
-        assignments = None
-        if self._kubelet is not None:
-            assignments = self._kubelet.read()
-            self.pod_resources_up.set(1 if assignments is not None else 0)
+        assignments = self._assignments(frozenset(p.pid for p in self._samples))
         payload = Payload(
             node=self.node,
             agent=self.instance,
@@ -170,6 +173,24 @@ class Sampler:
         self.duration.set(time.perf_counter() - started)
         return payload
 
+    def _assignments(self, pids: frozenset[int]) -> list[Assignment] | None:
+        """The kubelet's assignments, asked again only when NVML's processes changed (a pod
+        came or went), after a failed answer, or every :data:`KUBELET_REFRESH` seconds (a
+        pod holding a card but running nothing on it yet); a List of 64 pods costs ~10 ms."""
+        if self._kubelet is None:
+            return None
+        now = time.monotonic()
+        listed = self._listed
+        if (
+            listed is None
+            or listed[0] != pids
+            or listed[2] is None
+            or now - listed[1] >= KUBELET_REFRESH
+        ):
+            listed = self._listed = (pids, now, self._kubelet.read())
+            self.pod_resources_up.set(1 if listed[2] is not None else 0)
+        return listed[2]
+
     def close(self) -> None:
         """Close the kubelet channel, if one was opened."""
         if self._kubelet is not None:
@@ -179,7 +200,7 @@ class Sampler:
         self, nvml: NvmlSampler, owners: ProcOwners, cards: list[Card]
     ) -> tuple[list[Card], list[ContainerUsage]]:
         """Each container's processes on each device, and its share of the card's energy."""
-        samples = nvml.processes()
+        samples = self._samples = nvml.processes()
         pids = {sample.pid for sample in samples}
         known = owners.owners(pids)
         self.processes.set(len(pids))

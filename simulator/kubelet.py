@@ -48,11 +48,13 @@ class Kubelet(api_pb2_grpc.PodResourcesListerServicer):
         self.list_unimplemented = False
         self.hold: threading.Event | None = None
         self.allocatable_calls = 0
+        self.list_calls = 0
 
     def List(
         self, request: api_pb2.ListPodResourcesRequest, context: Any
     ) -> api_pb2.ListPodResourcesResponse:
         """Every pod's containers and their devices."""
+        self.list_calls += 1
         if self.list_unimplemented:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method List")
         if self.hold is not None:

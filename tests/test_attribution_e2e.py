@@ -183,3 +183,16 @@ def test_an_xid_event_is_counted_once_on_its_card(node: tuple[AttributedNode, Sa
         stop.set()
         thread.join(10)
     assert watcher.counts() == {simulated.nvml.cards[1].uuid: {31: 1}}
+
+
+def test_the_kubelet_is_asked_again_only_when_the_processes_change(
+    node: tuple[AttributedNode, Sampler],
+) -> None:
+    simulated, sampler = node
+    snapshots(simulated, sampler, 3)
+    assert simulated.kubelet.list_calls == 1
+    simulated.nvml.cards[3].processes = []  # the host process ended
+    assert sampler.snapshot().assignments is not None
+    assert simulated.kubelet.list_calls == 2
+    assert sampler.snapshot().assignments is not None
+    assert simulated.kubelet.list_calls == 2
