@@ -123,6 +123,28 @@ class ProcessSample:
     sm: float | None
 
 
+class Failures:
+    """Failed NVML calls by key: counted, the latest text kept, each distinct one logged
+    loudly once and then quietly (a permanent NOT_SUPPORTED must not flood the log)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._logged: set[tuple[str, str]] = set()
+        self.errors: Counter[str] = Counter()
+        self.last_error: dict[str, str] = {}
+
+    def failed(self, key: str, exc: BaseException, index: int | None = None) -> str:
+        """Count and log one failure; return its :func:`describe` text."""
+        text = describe(exc)
+        self.errors[key] += 1
+        self.last_error[key] = text
+        where = "" if index is None else f" (GPU {index})"
+        level = logging.DEBUG if (key, text) in self._logged else logging.WARNING
+        self._logged.add((key, text))
+        log.log(level, "%s %s failed%s: %s", self._what, key, where, text)
+        return text
+
+
 def describe(exc: BaseException) -> str:
     """``NVMLError_LibraryNotFound: NVML Shared Library Not Found``: class and text.
 
@@ -214,10 +236,10 @@ class NvmlSampler:
         # NVML's clock): the next read asks only for newer ones, so a sample
         # counts in exactly one read.
         self._seen: dict[str, int] = {}
-        self._logged: set[tuple[str, str]] = set()
         self.reason: str | None = "not started"
-        self.errors: Counter[str] = Counter()
-        self.last_error: dict[str, str] = {}
+        self._failures = Failures("NVML")
+        self.errors = self._failures.errors
+        self.last_error = self._failures.last_error
 
     @property
     def module(self) -> Any:
@@ -654,14 +676,7 @@ class NvmlSampler:
         return None
 
     def _failed(self, key: str, exc: BaseException, index: int | None = None) -> None:
-        """Count a failure; log each distinct one loudly once, then quietly."""
-        text = describe(exc)
-        self.errors[key] += 1
-        self.last_error[key] = text
-        where = "" if index is None else f" (GPU {index})"
-        level = logging.DEBUG if (key, text) in self._logged else logging.WARNING
-        self._logged.add((key, text))
-        log.log(level, "NVML %s failed%s: %s", key, where, text)
+        self._failures.failed(key, exc, index)
 
     def close(self) -> None:
         """Release NVML (nvmlShutdown) if :meth:`start` took it; safe to call twice."""

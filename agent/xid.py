@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import pynvml  # type: ignore[import-untyped, unused-ignore]
 
-from agent.nvml import describe
+from agent.nvml import Failures, describe
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,9 @@ class XidWatcher:
         self._lock = threading.Condition()
         self._counts: dict[str, Counter[int]] = {}
         self._total = 0
-        self._logged: set[tuple[str, str]] = set()
-        self.errors: Counter[str] = Counter()
-        self.last_error: dict[str, str] = {}
+        self._failures = Failures("NVML XID")
+        self.errors = self._failures.errors
+        self.last_error = self._failures.last_error
         self.reason: str | None = None
         self.watched: list[str] = []
         """UUIDs of the cards registered for XID events."""
@@ -222,14 +222,7 @@ class XidWatcher:
         log.info("%s", self.reason)
 
     def _failed(self, key: str, exc: BaseException, index: int | None = None) -> None:
-        """Count a failure; log each distinct one loudly once, then quietly."""
-        text = describe(exc)
-        self.errors[key] += 1
-        self.last_error[key] = text
-        where = "" if index is None else f" (GPU {index})"
-        level = logging.DEBUG if (key, text) in self._logged else logging.WARNING
-        self._logged.add((key, text))
-        log.log(level, "NVML XID %s failed%s: %s", key, where, text)
+        self._failures.failed(key, exc, index)
 
 
 def _text(value: Any) -> str:
