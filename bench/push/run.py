@@ -146,6 +146,11 @@ def pod_uid(node: int, region: int) -> str:
     return f"{node:08x}-{region:04x}-4000-8000-{node * 64 + region:012x}"
 
 
+def container_id(node: int, region: int) -> str:
+    """The runtime's ID of that pod's container: 64 hex digits."""
+    return f"{node:032x}{region:032x}"
+
+
 def pod_ref(node: int, region: int) -> PodRef:
     """That pod, as the collector's directory knows it."""
     return PodRef(
@@ -153,6 +158,7 @@ def pod_ref(node: int, region: int) -> PodRef:
         _NAMESPACES[region % len(_NAMESPACES)],
         f"train-{node:05d}{region:02d}-x7k2q",
         node_name(node),
+        containers={container_id(node, region): "main"},
     )
 
 
@@ -167,7 +173,8 @@ def directory(nodes: int) -> StaticDirectory:
 
 
 def payload_dict(node: int, now: float, marker: int | None = None) -> dict[str, Any]:
-    """One node's snapshot: 8 H200 cards, 32 single-vGPU regions; readings drawn from ``node``.
+    """One node's snapshot: 8 H200 cards with their health, 32 single-vGPU regions and their
+    containers' NVML processes, as today's agent sends; readings drawn from ``node``.
 
     ``marker`` replaces the memory used of region 0's device (push-to-visible).
     """
@@ -184,8 +191,27 @@ def payload_dict(node: int, now: float, marker: int | None = None) -> dict[str, 
             "memory_utilization": float(rng.randrange(101)),
             "temperature": float(rng.randrange(30, 80)),
             "power": rng.randrange(75_000, 700_000) / 1000,
+            "energy": rng.randrange(1 << 40) / 1000,
+            "idle_energy": rng.randrange(1 << 30) / 1000,
+            "ecc_corrected": rng.randrange(10),
+            "ecc_uncorrected": 0,
+            "clock_events": rng.choice((0, 1, 4)),
         }
         for c in range(CARDS)
+    ]
+    # NVML's processes of the regions' containers, as the agent groups them: HAMi-core's
+    # readings stay the memory and utilisation series, the process view adds energy
+    processes = [
+        {
+            "device": cards[r % CARDS]["uuid"],
+            "pod_uid": pod_uid(node, r),
+            "container_id": container_id(node, r),
+            "processes": 1,
+            "memory_used": rng.randrange(1 << 30, 8 << 30),
+            "utilization": float(rng.randrange(101)),
+            "energy": rng.randrange(1 << 30) / 1000,
+        }
+        for r in range(REGIONS)
     ]
     regions = []
     for r in range(REGIONS):
@@ -221,6 +247,7 @@ def payload_dict(node: int, now: float, marker: int | None = None) -> dict[str, 
         "nvml": True,
         "cards": cards,
         "regions": regions,
+        "processes": processes,
     }
 
 
