@@ -45,4 +45,5 @@ ACCESS = web.RequestKey("access", Access)
 
 def access_of(request: web.Request) -> Access:
     """The request's reader; a cluster reader where no middleware set one."""
-    return request.get(ACCESS, CLUSTER)
+    found: Access = request.get(ACCESS, CLUSTER)
+    return found
