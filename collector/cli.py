@@ -75,6 +75,7 @@ GROUPS = {
         "query_max_samples",
         "query_timeout",
         "query_max_concurrency",
+        "query_max_concurrency_per_identity",
     ),
     "remote write": (
         "remote_write_url",

@@ -148,6 +148,11 @@ class CollectorSettings(FileSettings):
     query_max_concurrency: int = Field(
         4, gt=0, description="PromQL queries evaluated at once; more wait their turn."
     )
+    query_max_concurrency_per_identity: int = Field(
+        4,
+        ge=1,
+        description="PromQL queries one reader (identity) may have at once; more answer 429.",
+    )
     shard_count: int = Field(
         1,
         ge=1,

@@ -400,3 +400,45 @@ def _label_regex(text: str) -> re.Pattern[str] | None:
         return re.compile(f"(?:{text})")
     except Exception:  # re.error, and OverflowError or RecursionError on extreme patterns
         return None
+
+
+NAMESPACE = "namespace"
+"""The label a tenant's reads are restricted by."""
+
+NOTHING = "(?!)"
+"""A regex no value matches, the empty string included: an empty tenant's namespaces."""
+
+
+def tenant_matcher(namespaces: frozenset[str]) -> Matcher:
+    """``namespace=~"^(?:a|b)$"`` over ``namespaces``, each regex-escaped.
+
+    An empty set (and the empty name, which would pass series without the
+    label) matches nothing, so a tenant with no namespaces reads nothing and
+    no tenant ever reads a series without a ``namespace`` label (a card's, a
+    node's, the collector's own).
+    """
+    names = sorted(n for n in namespaces if n)
+    return Matcher.of(NAMESPACE, "=~", "|".join(map(re.escape, names)) if names else NOTHING)
+
+
+def restrict(node: Node, namespaces: frozenset[str]) -> Node:
+    """``node`` with the tenant's :func:`tenant_matcher` added to every selector in it.
+
+    prom-label-proxy's semantics, enforced in the plan before any data is read:
+    instant selectors, the selectors of range selectors, those inside
+    subqueries and every function's or operator's arguments, ``@`` and
+    ``offset`` ones alike. The matcher is *added*, never replacing the query's
+    own ``namespace`` matchers, so those only narrow the tenant's set
+    (``namespace=~".*"`` widens nothing). Changes the selectors of ``node`` in
+    place (a tree :func:`compile_query` just made, shared with nobody) and
+    returns it.
+    """
+    matcher = tenant_matcher(namespaces)
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, SelectorNode):
+            current.matchers = (*current.matchers, matcher)
+        else:
+            stack.extend(children(current))
+    return node

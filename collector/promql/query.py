@@ -36,7 +36,7 @@ from collector.tsdb.series import Queryable, pairs_key
 from .arrays import IntArray, Vec
 from .evaluate import Evaluator
 from .limits import Limits
-from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query
+from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query, restrict
 from .select import prefetch
 from .timing import QueryTimes, steps
 from .values import (
@@ -142,14 +142,17 @@ def prepare_instant(
     lookback: float = 300.0,
     timeout: float | None = None,
     max_samples: int | None = None,
+    namespaces: frozenset[str] | None = None,
 ) -> Prepared:
     """Plan ``query`` at ``time`` (Unix seconds) and read what it needs, as ``/api/v1/query``.
 
     A top-level range selector or subquery gives its raw points as a :data:`Matrix`.
     ``timeout`` (seconds) bounds reading and evaluating; past it, ``QueryError("timeout")``.
+    ``namespaces``: a tenant's, which every selector is restricted to
+    (:func:`~.plan.restrict`); None, a cluster reader's: every series.
     """
     limits = Limits(timeout, max_samples)
-    root = compile_query(query)
+    root = _planned(query, namespaces)
     ts = _to_ms(time)
     return _prepare(root, storage, steps(ts, ts, 1), QueryTimes(ts, ts), lookback, limits, True)
 
@@ -163,16 +166,17 @@ def prepare_range(
     lookback: float = 300.0,
     timeout: float | None = None,
     max_samples: int | None = None,
+    namespaces: frozenset[str] | None = None,
 ) -> Prepared:
     """Plan a range query and read what it needs, as ``/api/v1/query_range``.
 
     Its steps are ``start``, ``start + step``, ... ``<= end``; a scalar result
-    is one series without labels.
+    is one series without labels. ``namespaces`` as :func:`prepare_instant`'s.
     """
     limits = Limits(timeout, max_samples)
     start_ms, end_ms, step_ms = _to_ms(start), _to_ms(end), _to_ms(step)
     _check_steps(start_ms, end_ms, step_ms)
-    root = compile_query(query)
+    root = _planned(query, namespaces)
     if root.value_type in ("matrix", "string"):
         value_type = "range vector" if root.value_type == "matrix" else "string"
         raise QueryError(
@@ -211,6 +215,12 @@ def range_query(
     result = prepared.run()
     assert isinstance(result, list)
     return result  # type: ignore[return-value]
+
+
+def _planned(query: str, namespaces: frozenset[str] | None) -> Node:
+    """The plan of ``query``, restricted to a tenant's ``namespaces`` (None: not at all)."""
+    root = compile_query(query)
+    return root if namespaces is None else restrict(root, namespaces)
 
 
 def _check_steps(start_ms: int, end_ms: int, step_ms: int) -> None:

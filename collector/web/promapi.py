@@ -9,7 +9,14 @@ A PromQL query is planned and evaluated in a worker thread; its reads of the
 history are made on the event loop (never while the loop changes it), a few
 milliseconds at a time (:mod:`collector.promql.onloop`), so pushes, scrapes and
 ``/metrics`` are served between them. At most ``max_concurrency`` queries run
-at once; the rest wait, within their timeout.
+at once; the rest wait, within their timeout; one reader (an identity) has at
+most ``max_concurrency_per_identity`` waiting or running, one more answers 429.
+
+A tenant (:class:`~collector.web.access.Access` with namespaces) sees only
+its namespaces' series, as behind prom-label-proxy: every selector of its
+queries and every ``match[]`` of its series, labels and label values reads gets
+``namespace=~"<its namespaces>"`` added (:func:`~collector.promql.plan.restrict`),
+before any data is read; metadata lists only the families it has series of.
 """
 
 from __future__ import annotations
@@ -31,13 +38,14 @@ from collector import __version__, schema
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
 from collector.promql.onloop import LoopReader
-from collector.promql.plan import selector_matchers
+from collector.promql.plan import selector_matchers, tenant_matcher
 from collector.promql.query import Prepared, prepare_instant, prepare_range
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
 from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher, Queryable
+from collector.web.access import Access, access_of
 from collector.web.promjson import matrix_body
 
 PREFIX = "/prometheus/api/v1"
@@ -48,7 +56,10 @@ _STATUS = {
     "canceled": 503,
     "not_found": 404,
     "internal": 500,
+    "unavailable": 429,
 }
+_SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_created", "_info")
+"""What a family's series names may add to its name (metadata of a tenant's families)."""
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 log = logging.getLogger(__name__)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -84,6 +95,10 @@ def parse_duration(text: str, name: str) -> float:
     return seconds
 
 
+class Unavailable(Exception):
+    """The reader already has as many queries as it may; answered 429, ``Retry-After: 1``."""
+
+
 class PrometheusAPI:
     """Handlers of the Prometheus-compatible endpoints."""
 
@@ -95,6 +110,7 @@ class PrometheusAPI:
         timeout: float = 120.0,
         max_samples: int = 50_000_000,
         max_concurrency: int = 4,
+        max_concurrency_per_identity: int = 4,
     ) -> None:
         self._store = store
         self._history: History = store.history
@@ -103,6 +119,9 @@ class PrometheusAPI:
         self._timeout = timeout
         self._max_samples = max_samples
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._per_identity = max_concurrency_per_identity
+        self._queries: dict[str, int] = {}
+        """Queries waiting or running, by identity."""
         self.evaluating = 0
         """Queries holding a slot: read or being evaluated."""
         self.idle = asyncio.Event()
@@ -120,6 +139,7 @@ class PrometheusAPI:
             timeout=settings.query_timeout,
             max_samples=settings.query_max_samples,
             max_concurrency=settings.query_max_concurrency,
+            max_concurrency_per_identity=settings.query_max_concurrency_per_identity,
         )
 
     def routes(self) -> list[web.RouteDef]:
@@ -145,11 +165,22 @@ class PrometheusAPI:
         at = parse_time(params.one("time"), "time") if params.has("time") else self._clock()
         query = params.required("query")
         timeout = self._query_timeout(params)
+        access = access_of(params.request)
 
         def prepare(storage: Queryable, remaining: float) -> Prepared:
-            return prepare_instant(query, at, storage, self._lookback, remaining, self._max_samples)
+            return prepare_instant(
+                query,
+                at,
+                storage,
+                self._lookback,
+                remaining,
+                self._max_samples,
+                namespaces=access.namespaces,
+            )
 
-        return await self._evaluate(prepare, timeout, lambda p: _result(p.result_type, p.run(), at))
+        return await self._evaluate(
+            prepare, timeout, lambda p: _result(p.result_type, p.run(), at), access.identity
+        )
 
     async def query_range(self, params: _Params) -> Any:
         """A range query; Prometheus' limit of 11,000 points per series applies."""
@@ -158,13 +189,24 @@ class PrometheusAPI:
         step = parse_duration(params.required("step"), "step")
         query = params.required("query")
         timeout = self._query_timeout(params)
+        access = access_of(params.request)
 
         def prepare(storage: Queryable, remaining: float) -> Prepared:
             return prepare_range(
-                query, start, end, step, storage, self._lookback, remaining, self._max_samples
+                query,
+                start,
+                end,
+                step,
+                storage,
+                self._lookback,
+                remaining,
+                self._max_samples,
+                namespaces=access.namespaces,
             )
 
-        return await self._evaluate(prepare, timeout, lambda p: matrix_body(p.columns()))
+        return await self._evaluate(
+            prepare, timeout, lambda p: matrix_body(p.columns()), access.identity
+        )
 
     def _query_timeout(self, params: _Params) -> float:
         """The configured timeout, lowered by the request's ``timeout`` parameter."""
@@ -177,21 +219,34 @@ class PrometheusAPI:
         prepare: Callable[[Queryable, float], Prepared],
         allowed: float,
         answer: Callable[[Prepared], Any],
+        identity: str,
     ) -> Any:
         """Wait for a slot, then plan, read, evaluate and shape the answer in a worker thread;
         its reads are made on the loop, in slices (:mod:`collector.promql.onloop`).
 
         The slot is held until the thread is done, even if the client goes
-        away (the query is then canceled at its next check).
+        away (the query is then canceled at its next check); so is the
+        query's place among its ``identity``'s, of which it may have
+        ``max_concurrency_per_identity`` (:class:`Unavailable` past them).
         """
         began = time.monotonic()
+        held = self._queries.get(identity, 0)
+        if held >= self._per_identity:
+            raise Unavailable(
+                f"too many queries of this reader at once (at most {self._per_identity}); retry"
+            )
+        self._queries[identity] = held + 1
         try:
             if allowed <= 0:
                 raise TimeoutError
             async with asyncio.timeout(allowed):  # 3.11 wait_for can swallow a cancel
                 await self._slots.acquire()
         except TimeoutError:
+            self._leave(identity)
             raise QueryError("timeout", "query timed out in query queue") from None
+        except BaseException:  # canceled while waiting
+            self._leave(identity)
+            raise
         self.evaluating += 1
         self.idle.clear()
         self.busy.set()
@@ -207,7 +262,7 @@ class PrometheusAPI:
             return answer(prepared)
 
         work = asyncio.ensure_future(asyncio.to_thread(run))
-        work.add_done_callback(self._finished)
+        work.add_done_callback(lambda done: self._finished(done, identity))
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -216,11 +271,18 @@ class PrometheusAPI:
                 prepared.cancel()
             raise
 
-    def _finished(self, work: asyncio.Future[Any]) -> None:
+    def _finished(self, work: asyncio.Future[Any], identity: str) -> None:
         """A query's thread is done: free its slot (its outcome went to the request, if any)."""
         self._release()
+        self._leave(identity)
         if not work.cancelled():
             work.exception()  # retrieved here too, for a request that went away
+
+    def _leave(self, identity: str) -> None:
+        """One query of ``identity`` less."""
+        left = self._queries.pop(identity) - 1
+        if left:
+            self._queries[identity] = left
 
     def _release(self) -> None:
         self.evaluating -= 1
@@ -236,7 +298,7 @@ class PrometheusAPI:
             raise QueryError("bad_data", "no match[] parameter provided")
         start, end = self._window(params)
         found: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-        for matchers in _selectors(selectors):
+        for matchers in _restricted(_selectors(selectors), access_of(params.request)):
             for group in self._history.select(matchers, start, end):
                 for labels in group.labels:
                     found.setdefault(tuple(sorted(labels.items())), dict(labels))
@@ -246,7 +308,7 @@ class PrometheusAPI:
         """Label names of the matching series (all of them without ``match[]``)."""
         start, end = self._window(params)
         names: set[str] = set()
-        for matchers in _selectors(params.all("match[]")) or [()]:
+        for matchers in _restricted(_selectors(params.all("match[]")), access_of(params.request)):
             names |= self._history.label_names(matchers, start, end)
         return _limited(sorted(names), params)
 
@@ -255,12 +317,14 @@ class PrometheusAPI:
         name = params.request.match_info["name"]
         start, end = self._window(params)
         values: set[str] = set()
-        for matchers in _selectors(params.all("match[]")) or [()]:
+        for matchers in _restricted(_selectors(params.all("match[]")), access_of(params.request)):
             values |= self._history.label_values(name, matchers, start, end)
         return _limited(sorted(values), params)
 
     async def metadata(self, params: _Params) -> Any:
-        """Type and HELP of every family the collector serves (``metric`` narrows it)."""
+        """Type and HELP of every family the collector serves (``metric`` narrows it);
+        a tenant's, only of the families it has series of in the window."""
+        visible = self._visible_names(access_of(params.request), params)
         families = dict(schema.FAMILIES)
         for node in self._store.nodes():
             view = self._store.view(node)
@@ -273,11 +337,20 @@ class PrometheusAPI:
                 {"type": "unknown" if f.type == "untyped" else f.type, "help": f.help, "unit": ""}
             ]
             for name, f in sorted(families.items())
-            if wanted is None or name == wanted
+            if (wanted is None or name == wanted)
+            and (visible is None or any(name + end in visible for end in _SUFFIXES))
         }
         if params.has("limit"):
             out = dict(list(out.items())[: _positive(params.one("limit"), "limit")])
         return out
+
+    def _visible_names(self, access: Access, params: _Params) -> set[str] | None:
+        """The metric names of a tenant's series in the window; None for a cluster reader."""
+        if access.namespaces is None:
+            return None
+        start, end = self._window(params)
+        matcher = tenant_matcher(access.namespaces)
+        return self._history.label_values("__name__", [matcher], start, end)
 
     async def buildinfo(self, params: _Params) -> Any:
         """Build information; no ``features``, so Grafana treats us as plain Prometheus."""
@@ -335,6 +408,10 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
             data = await handler(_Params(request, form))
         except QueryError as exc:
             return _error(exc.error_type, str(exc))
+        except Unavailable as exc:
+            response = _error("unavailable", str(exc))
+            response.headers["Retry-After"] = "1"
+            return response
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return _error("internal", "internal error, see the collector's log")
@@ -387,6 +464,15 @@ def _selectors(texts: Sequence[str]) -> list[tuple[Matcher, ...]]:
             )
         out.append(selector_matchers(expr))
     return out
+
+
+def _restricted(selectors: list[tuple[Matcher, ...]], access: Access) -> list[tuple[Matcher, ...]]:
+    """The ``match[]`` selectors a reader reads: a tenant's each with its namespaces' matcher
+    added, or that matcher alone without any; a cluster reader's as given (none: everything)."""
+    if access.namespaces is None:
+        return selectors or [()]
+    matcher = tenant_matcher(access.namespaces)
+    return [(*matchers, matcher) for matchers in selectors] or [(matcher,)]
 
 
 def _positive(text: str, name: str) -> int:
