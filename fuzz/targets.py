@@ -33,6 +33,8 @@ from collector.tsdb.history import History
 from collector.web.promapi import parse_duration, parse_time
 from collector.web.rest.endpoints import LIST_CONTAINERS, LIST_NODES, Endpoint, list_query
 from collector.web.rest.models import ApiError
+from fuzz.tenant_promql import seeds as _tenant_promql_seeds
+from fuzz.tenant_promql import tenant_promql
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS
 from simulator.regions import ProcSlot, RegionSpec, pack
@@ -260,6 +262,7 @@ SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "region": _region_seeds,
     "targets_file": _targets_seeds,
     "promql": _promql_seeds,
+    "tenant_promql": _tenant_promql_seeds,
     "rest_params": _rest_seeds,
     "push": _push_seeds,
 }
@@ -276,6 +279,7 @@ def target(name: str) -> tuple[Callable[[bytes], bool], Callable[[], None]]:
         "region": region,
         "targets_file": targets_file,
         "promql": promql,
+        "tenant_promql": tenant_promql,
         "rest_params": rest_params,
     }
     return plain[name], lambda: None
