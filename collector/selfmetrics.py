@@ -98,6 +98,12 @@ class SelfMetrics:
         self.refused = Counter(
             _PREFIX + "push_refused", "Pushes refused, by reason.", ["reason"], registry=r
         )
+        self.read_refusals = Counter(
+            _PREFIX + "read_refused",
+            "Reads refused by read authorization, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.unowned = Counter(
             _PREFIX + "push_unowned_regions",
             "Pushed regions whose pod or claim is gone, or on another node (dropped).",
@@ -179,6 +185,11 @@ class SelfMetrics:
     def push_refused(self, reason: str) -> None:
         """Record a refused push."""
         self.refused.labels(reason).inc()
+
+    @_records
+    def read_refused(self, reason: str) -> None:
+        """Record a read refused by read authorization."""
+        self.read_refusals.labels(reason).inc()
 
     @_records
     def failed(self, source: Source, duration: float, reason: str) -> None:

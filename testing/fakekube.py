@@ -5,7 +5,9 @@ kubernetes_asyncio, whose watch machinery (chunked newline-delimited JSON, ERROR
 410 handling, request timeouts, stream end on server close) is exactly what we need to
 exercise. Mocking the client would test our assumptions about the library instead of
 the library itself. Served: list/watch of pods, of ResourceClaims and of (cluster-scoped)
-ResourceSlices (resource.k8s.io/v1), and TokenReviews of bound service-account tokens; only on loopback, every wait bounded.
+ResourceSlices (resource.k8s.io/v1), TokenReviews of bound service-account tokens and of
+readers' tokens, and SubjectAccessReviews decided from the rules a test grants; only on
+loopback, every wait bounded.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ _DISCOVERY = {  # group version -> (plural, kind, namespaced, verbs) of /apis/{g
         (SLICES.plural, SLICES.kind, False, ["get", "list", "watch"]),
     ],
     "authentication.k8s.io/v1": [("tokenreviews", "TokenReview", False, ["create"])],
+    "authorization.k8s.io/v1": [("subjectaccessreviews", "SubjectAccessReview", False, ["create"])],
 }
 _AUDIENCE = "hami-usage-collector"
 _EXTRA = "authentication.kubernetes.io/"
@@ -190,6 +193,30 @@ class _Token:
     expired: bool
 
 
+@dataclass
+class _UserToken:
+    """A token of a user or service account bound to no pod: a reader's."""
+
+    username: str
+    groups: tuple[str, ...]
+    expired: bool
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What one subject (a user or a group) may do: like an RBAC rule bound to it.
+
+    ``path`` for a non-resource URL (``/metrics``, or a prefix ending in ``*``);
+    else ``verb`` on ``resource`` in ``namespace`` (``*`` for every namespace).
+    """
+
+    subject: str
+    verb: str
+    path: str | None = None
+    resource: str | None = None
+    namespace: str | None = None
+
+
 @dataclass(frozen=True)
 class _Change:
     """One history entry; `old`/`new` let each watch decide ADDED/MODIFIED/DELETED itself."""
@@ -239,6 +266,9 @@ class FakeKube:
         self.base_url = ""
         self.token_reviews = 0
         self.token_review_delay = 0.0  # seconds each review takes: a slow or hung apiserver
+        self.access_reviews = 0
+        self._user_tokens: dict[str, _UserToken] = {}
+        self._rules: list[_Rule] = []
         self._objects: dict[_Kind, dict[tuple[str, str], JSON]] = {k: {} for k in _KINDS.values()}
         self._tokens: dict[str, _Token] = {}
         self._history: list[_Change] = []
@@ -266,6 +296,9 @@ class FakeKube:
         app.router.add_get("/apis/{group}/{version}", self._resources)
         app.router.add_get("/apis/{group}/{version}/", self._resources)  # the client's form
         app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
+        app.router.add_post(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews", self._access_review
+        )
         # handler_cancellation: a client hanging up must end its watch handler promptly.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
         await self._runner.setup()
@@ -373,6 +406,30 @@ class FakeKube:
         token = "fake-sa." + secrets.token_urlsafe(24)  # opaque: nothing relies on JWT parts
         self._tokens[token] = _Token(ref, node, service_account, audiences, with_node, expired)
         return token
+
+    def issue_user_token(
+        self, username: str, groups: tuple[str, ...] = (), expired: bool = False
+    ) -> str:
+        """Mint a token of ``username`` (``system:serviceaccount:ns:name`` for a service
+        account) bound to no pod, valid for any audience until revoked."""
+        token = "fake-user." + secrets.token_urlsafe(24)
+        self._user_tokens[token] = _UserToken(username, (*groups, "system:authenticated"), expired)
+        return token
+
+    def revoke_token(self, token: str) -> None:
+        """The token's account is deleted: reviews of it fail from now on."""
+        self._user_tokens.pop(token, None)
+        self._tokens.pop(token, None)
+
+    def allow_paths(self, subject: str, *paths: str, verb: str = "get") -> None:
+        """Let a user or group ``verb`` these non-resource URLs (a ClusterRole's nonResourceURLs)."""
+        self._rules.extend(_Rule(subject, verb, path=path) for path in paths)
+
+    def allow_namespace(
+        self, subject: str, namespace: str, verb: str = "list", resource: str = "pods"
+    ) -> None:
+        """Let a user or group ``verb`` ``resource`` in ``namespace`` (a RoleBinding)."""
+        self._rules.append(_Rule(subject, verb, resource=resource, namespace=namespace))
 
     def compact(self) -> None:
         """Forget history up to now, like etcd compaction: older resume points get 410."""
@@ -482,10 +539,37 @@ class FakeKube:
         answer = head | {"metadata": {"creationTimestamp": None}, "spec": spec}
         return web.json_response(answer | {"status": self._review(token, wanted)}, status=201)
 
+    async def _access_review(self, request: web.Request) -> web.StreamResponse:
+        """Decide a SubjectAccessReview from the rules given, as RBAC would."""
+        self.access_reviews += 1
+        try:
+            spec = (await request.json())["spec"]
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "BadRequest", "the body is not a SubjectAccessReview")
+        subjects = {spec.get("user") or "", *(spec.get("groups") or [])}
+        path = (spec.get("nonResourceAttributes") or {}).get("path")
+        verb = (spec.get("nonResourceAttributes") or spec.get("resourceAttributes") or {}).get(
+            "verb"
+        )
+        attrs = spec.get("resourceAttributes") or {}
+        allowed = any(
+            rule.subject in subjects and rule.verb in (verb, "*") and _grants(rule, path, attrs)
+            for rule in self._rules
+        )
+        head = {"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1"}
+        status = {"allowed": True} if allowed else {"allowed": False, "reason": "no rule"}
+        return web.json_response(head | {"spec": spec, "status": status}, status=201)
+
     def _review(self, token: str, wanted: list[str]) -> JSON:
         """A TokenReviewStatus. A refusal omits ``authenticated`` (Go's omitempty on false)
         and says why in ``error``, except for a token nobody issued; an accepted token is
         good for the audiences it shares with those asked (all its own if none were)."""
+        reader = self._user_tokens.get(token)
+        if reader is not None:
+            if reader.expired:
+                return {"user": {}, "error": "token has expired"}
+            who = {"username": reader.username, "groups": list(reader.groups)}
+            return {"authenticated": True, "user": who, "audiences": wanted}
         t = self._tokens.get(token)
         if t is None:
             return {"user": {}}
@@ -564,6 +648,18 @@ class FakeKube:
             self._watches.discard(w)
             self._watch_changed.set()
         return resp
+
+
+def _grants(rule: _Rule, path: str | None, attrs: Mapping[str, Any]) -> bool:
+    if path is not None:
+        if rule.path is None:
+            return False
+        return path == rule.path or (rule.path.endswith("*") and path.startswith(rule.path[:-1]))
+    return (
+        rule.resource == attrs.get("resource")
+        and rule.namespace is not None
+        and rule.namespace in ("*", attrs.get("namespace"))
+    )
 
 
 def _go_q(values: Any) -> str:

@@ -25,13 +25,16 @@ PROMETHEUS_PREFIX = "/prometheus/"
 
 log = logging.getLogger(__name__)
 
-_PROMETHEUS_TYPES = {404: "not_found", 503: "unavailable"}
+_PROMETHEUS_TYPES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 503: "unavailable"}
 _REST_CODES = {
     400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     413: "too_large",
     415: "unsupported_media_type",
+    503: "unavailable",
     431: "headers_too_large",
 }
 

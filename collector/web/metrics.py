@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import gzip
 import itertools
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,9 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from aiohttp import web
 
 from collector import schema
-from collector.exposition.render import render_header, render_lines
+from collector.exposition.render import key_labels, render_header, render_lines
 from collector.selfmetrics import SelfMetrics
 from collector.store import NodeView, Store
+from collector.web.access import Access, access_of
 from core.content import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 _Chunks = Mapping[str, bytes]
@@ -170,7 +172,12 @@ class MetricsPage:
         )
         if compressed:
             response.headers["Content-Encoding"] = "gzip"
-        parts = await self.body(openmetrics, compressed)
+        access = access_of(request)
+        if access.cluster:
+            parts = await self.body(openmetrics, compressed)
+        else:
+            page = self.tenant_page(access, openmetrics)
+            parts = [gzip.compress(page, compresslevel=1) if compressed else page]
         response.content_length = sum(map(len, parts))
         await response.prepare(request)
         if request.method == "HEAD":
@@ -179,6 +186,34 @@ class MetricsPage:
             await response.write(chunk)
         await response.write_eof()
         return response
+
+    def tenant_page(self, access: Access, openmetrics: bool) -> bytes:
+        """The page as a tenant federates it: only series of its namespaces, none of our own.
+
+        Built per request from the store (tenants are few, their pages small); the
+        cluster's cached page never serves a tenant.
+        """
+        by_family: dict[str, list[bytes]] = {}
+        for node in self._store.nodes():
+            view = self._store.view(node)
+            if view is None:
+                continue
+            items: dict[str, list[tuple[bytes, float]]] = {}
+            for key, value in view.series.items():
+                name, labels = key_labels(key)
+                if access.sees(dict(labels).get("namespace")):
+                    items.setdefault(name, []).append((key, value))
+            for name, pairs in items.items():
+                by_family.setdefault(name, []).append(render_lines(pairs, node, self._external))
+        parts = []
+        for name in sorted(by_family):
+            meta = schema.FAMILIES.get(name) or schema.ALLOCATION_FAMILIES.get(name)
+            meta = meta or schema.Family(name, "", "untyped")
+            parts.append(render_header(name, meta.type, meta.help, openmetrics))
+            parts += by_family[name]
+        if openmetrics:
+            parts.append(b"# EOF\n")
+        return b"".join(parts)
 
     def _version(self) -> tuple[int, int]:
         return (self._store.generation, self._metrics.version)

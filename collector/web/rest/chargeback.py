@@ -32,6 +32,7 @@ from collector.promql.onloop import LoopReader
 from collector.promql.query import MAX_POINTS_PER_SERIES, prepare_range
 from collector.promql.values import QueryError, RangeSeries
 from collector.tsdb.history import History
+from collector.web.access import access_of
 from collector.web.promapi import parse_time
 from collector.web.rest.endpoints import USAGE
 from collector.web.rest.models import ApiError, UsageGroup, UsageReport
@@ -97,7 +98,7 @@ class Chargeback:
         if fmt not in ("json", "csv"):
             raise _bad(f"query parameter 'format' must be json or csv, not {fmt[:40]!r}")
         window = self.window(query.get("start"), query.get("end"))
-        report = await self.report(by, window)
+        report = await self.report(by, window, access_of(request).namespaces)
         if fmt == "csv":
             return web.Response(text=to_csv(report), content_type="text/csv")
         return web.Response(text=report.model_dump_json(), content_type="application/json")
@@ -115,9 +116,12 @@ class Chargeback:
         first = (math.floor(held_from / step) + 1) * step
         return Window(first, max(first, last), step, (start, end))
 
-    async def report(self, by: str, window: Window) -> UsageReport:
+    async def report(
+        self, by: str, window: Window, namespaces: frozenset[str] | None = None
+    ) -> UsageReport:
         """Every measure per group over ``window``, planned and evaluated in a worker thread
-        (its reads made on the loop, in slices: :mod:`collector.promql.onloop`)."""
+        (its reads made on the loop, in slices: :mod:`collector.promql.onloop`); a tenant's
+        ``namespaces`` restrict every selector, as its queries are."""
         labels = GROUPS[by]
         reader = LoopReader(self._history, asyncio.get_running_loop())
 
@@ -131,6 +135,7 @@ class Chargeback:
                 self._lookback,
                 self._timeout,
                 self._max_samples,
+                namespaces,
             )
             return cast(list[RangeSeries], prepared.run())  # range: a Matrix
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from collector.store import Store
+from collector.web.access import Access, access_of
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (
@@ -32,12 +33,20 @@ from collector.web.rest.endpoints import (
     SHARDS,
     USAGE,
     Endpoint,
+    ListQuery,
     list_query,
     sort_and_limit,
 )
-from collector.web.rest.models import JSON, ApiError, ContainerRow, PodDetail, ShardInfo
+from collector.web.rest.models import (
+    JSON,
+    ApiError,
+    ContainerRow,
+    NodeList,
+    PodDetail,
+    ShardInfo,
+)
 from collector.web.rest.openapi import openapi_document
-from collector.web.rest.presented import Presented, container_row
+from collector.web.rest.presented import Presented, TenantView, container_row
 from collector.web.usage import ContainerReading
 from core.shards import HASH_RULE, WHOLE, Shard, shard_of
 from core.tasks import Supervisor
@@ -98,6 +107,9 @@ class RestApi:
         store, interval = request.app[self._store_key], self._interval
         now = time.monotonic()
         namespace = query.filters.get("namespace")
+        access = access_of(request)
+        if not access.cluster:
+            return self._tenant_nodes(access, query, namespace, store)
         # (presented, data age): JSON is spliced from each node's cached fragment.
         nodes = [
             (p, p.age(now))
@@ -121,14 +133,33 @@ class RestApi:
         )
         return web.Response(body=body, content_type=JSON)
 
+    def _tenant_nodes(
+        self, access: Access, query: ListQuery, namespace: str | None, store: Store
+    ) -> web.Response:
+        """The nodes where the tenant has containers, each showing only those."""
+        now = time.monotonic()
+        summaries = [
+            view.summary(now, self._interval)
+            for p in self._nodes.all(store)
+            if (view := p.tenant_view(access)) is not None
+            and (namespace is None or any(c.namespace == namespace for c in view.containers))
+        ]
+        chosen = sort_and_limit(summaries, query, getattr)
+        return _json(NodeList(generation=store.generation, total=len(summaries), nodes=chosen))
+
     async def get_node(self, request: web.Request) -> web.Response:
         """``GET /api/v1/nodes/{node}``."""
         store = request.app[self._store_key]
         node = request.match_info["node"]
         presented = self._nodes.one(store, node)
-        if presented is None:
+        access = access_of(request)
+        view = presented if presented is None or access.cluster else presented.tenant_view(access)
+        if presented is None or view is None:
             raise ApiError(404, "not_found", f"no node {node!r} has data")
-        summary = presented.at(time.monotonic(), self._interval)
+        now = time.monotonic()
+        if isinstance(view, TenantView):
+            return _json(view.detail(store.generation, view.summary(now, self._interval)))
+        summary = presented.at(now, self._interval)
         return _json(presented.detail(store.generation, summary))
 
     async def list_containers(self, request: web.Request) -> web.Response:
@@ -142,11 +173,18 @@ class RestApi:
             nodes = [] if one is None else [one]
         else:
             nodes = self._nodes.all(store)
+        access = access_of(request)
         # (node, reading, row JSON): JSON is joined from each node's cached rows.
         rows: list[tuple[str, ContainerReading, bytes]] = []
         for presented in nodes:
             name = presented.usage.node
-            if namespace is None:
+            if not access.cluster:
+                rows.extend(
+                    (name, c, row)
+                    for c, row in presented.rows()
+                    if access.sees(c.namespace) and namespace in (None, c.namespace)
+                )
+            elif namespace is None:
                 rows.extend((name, c, row) for c, row in presented.rows())
             elif namespace in presented.usage.namespaces:
                 rows.extend(
@@ -169,6 +207,8 @@ class RestApi:
         """``GET /api/v1/namespaces/{namespace}/pods/{pod}``."""
         store = request.app[self._store_key]
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
+        if not access_of(request).sees(namespace):  # as if it did not exist: nothing to guess
+            raise ApiError(404, "not_found", f"no pod {namespace}/{pod} has vGPU data")
         rows: list[ContainerRow] = []
         for presented in self._nodes.all(store):
             if namespace in presented.usage.namespaces:
@@ -189,6 +229,8 @@ class RestApi:
 
     async def shards(self, request: web.Request) -> web.Response:
         """``GET /api/v1/shards``."""
+        if not access_of(request).cluster:
+            raise ApiError(403, "forbidden", "not allowed")
         node = list_query(request.query, SHARDS).filters.get("node")
         store, shard = request.app[self._store_key], self._shard
         body = ShardInfo(

@@ -35,6 +35,9 @@ class Error(_Model):
         "internal",
         "too_many_samples",
         "timeout",
+        "unauthorized",
+        "forbidden",
+        "unavailable",
     ]
     message: str = Field(description="What was wrong; a bad query parameter is named here.")
 
@@ -244,7 +247,7 @@ class ApiError(Exception):
     def __init__(
         self,
         status: int,
-        error: Literal["not_found", "bad_request", "too_many_samples", "timeout"],
+        error: Literal["not_found", "bad_request", "too_many_samples", "timeout", "forbidden"],
         message: str,
     ):
         super().__init__(message)

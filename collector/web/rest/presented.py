@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from collector import labelsets
+from collector.web.access import Access
 from collector.web.rest.models import (
     CardUsage,
     ContainerRow,
@@ -155,6 +156,13 @@ class Presented:
             self._pods = pods
         return self._pods.get((namespace, pod), [])
 
+    def tenant_view(self, access: Access) -> TenantView | None:
+        """What a tenant sees of the node: its own containers, none of the cards' readings
+        (a card's series have no namespace); None when it has no container here."""
+        if access.namespaces is None or not access.namespaces & self.usage.namespaces:
+            return None
+        return TenantView(self, tuple(c for c in self.usage.containers if access.sees(c.namespace)))
+
     def detail(self, generation: int, summary: NodeSummary) -> NodeDetail:
         """The node with its cards and their containers."""
         by_card: dict[str, list[ContainerUsage]] = {
@@ -179,6 +187,63 @@ class Presented:
             )
             for c in self.usage.cards
         ]
+        return NodeDetail(
+            generation=generation, node=summary, cards=cards, unmatched_containers=unmatched
+        )
+
+
+class TenantView:
+    """A node as a tenant sees it: its containers, and the cards only by their identity."""
+
+    __slots__ = ("containers", "presented")
+
+    def __init__(self, presented: Presented, containers: tuple[ContainerReading, ...]) -> None:
+        self.presented = presented
+        self.containers = containers
+
+    def summary(self, now: float, interval: float) -> NodeSummary:
+        """The node's summary over the tenant's containers: no card figures, no sources."""
+        presented = self.presented
+        age = presented.age(now)
+        used = [c.memory_used for c in self.containers if c.memory_used is not None]
+        return NodeSummary(
+            name=presented.usage.node,
+            card_count=0,
+            card_types=[],
+            memory_used_bytes=sum(used) if used else None,
+            memory_total_bytes=None,
+            utilization=[],
+            utilization_average_percent=None,
+            container_count=len({(c.namespace, c.pod, c.container) for c in self.containers}),
+            sources=[],
+            data_age_seconds=age,
+            health=presented.health(age, interval),
+        )
+
+    def detail(self, generation: int, summary: NodeSummary) -> NodeDetail:
+        """The tenant's containers under the cards they use, the cards' readings left out."""
+        by_card: dict[str, list[ContainerUsage]] = {}
+        for reading in self.containers:
+            by_card.setdefault(reading.device_uuid, []).append(container_usage(reading))
+        known = {c.device_uuid: c for c in self.presented.usage.cards if c.device_uuid}
+        cards = [
+            CardUsage(
+                index=known[uuid].device_index,
+                device_uuid=uuid,
+                device_type=known[uuid].device_type,
+                model=None,
+                memory_used_bytes=None,
+                memory_total_bytes=None,
+                utilization_percent=None,
+                memory_controller_utilization_percent=None,
+                temperature_celsius=None,
+                power_watts=None,
+                containers=containers,
+            )
+            for uuid, containers in sorted(by_card.items())
+            if uuid in known
+        ]
+        unmatched = [c for uuid, found in by_card.items() if uuid not in known for c in found]
         return NodeDetail(
             generation=generation, node=summary, cards=cards, unmatched_containers=unmatched
         )
