@@ -429,7 +429,12 @@ def restrict(node: Node, namespaces: frozenset[str]) -> Node:
     subqueries and every function's or operator's arguments, ``@`` and
     ``offset`` ones alike. The matcher is *added*, never replacing the query's
     own ``namespace`` matchers, so those only narrow the tenant's set
-    (``namespace=~".*"`` widens nothing). Changes the selectors of ``node`` in
+    (``namespace=~".*"`` widens nothing). ``absent`` of another namespace's
+    series is so always 1, whether it has them or not, and without a
+    ``namespace`` label (the added matcher is a regex, and ``absent`` keeps only
+    equality matchers' labels): it tells a tenant nothing about other
+    namespaces. Relabelling (``label_replace``) comes after the selection, so
+    may name any namespace but only over the tenant's data. Changes the selectors of ``node`` in
     place (a tree :func:`compile_query` just made, shared with nobody) and
     returns it.
     """
