@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import sys
 from collections.abc import Sequence
 
-from agent import __version__
+from agent import __version__, push
 from agent.app import StartupError, run, sampler_of, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
@@ -27,6 +28,7 @@ GROUPS = {
         "collector",
         "collector_shards",
         "shard_count",
+        "collector_ca_file",
         "token_file",
         "backlog_seconds",
         "backlog_bytes",
@@ -73,6 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(settings.log_format, settings.log_level)
     if not settings.node:
         print(NO_NODE, file=sys.stderr)
+        return 2
+    try:
+        push.trust(settings.collector_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        print(
+            f"cannot start: cannot load {settings.collector_ca_file}: {exc} "
+            f"(--collector-ca-file / {ENV_PREFIX}COLLECTOR_CA_FILE)",
+            file=sys.stderr,
+        )
         return 2
     if command == "sample":
         sampler = sampler_of(settings, start_nvml(settings.nvml))

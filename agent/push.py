@@ -20,14 +20,29 @@ import http.client
 import logging
 import random
 import socket
+import ssl
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.payload import Payload
 
 log = logging.getLogger(__name__)
+
+_tls: ssl.SSLContext | None = None
+"""The context of HTTPS pushes made without one of their own (None: the system's CAs)."""
+
+
+def trust(ca_file: Path | str | None) -> None:
+    """Check the collector's certificate against ``ca_file`` (``--collector-ca-file``), or the
+    system's CAs when None, in every HTTPS push of this process that names no context.
+
+    Raises OSError or ssl.SSLError when the file cannot be read as PEM certificates.
+    """
+    global _tls
+    _tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +121,10 @@ class Pusher:
         request_timeout: float = 10.0,
         backoff: tuple[float, float] = (0.5, 30.0),
         address: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.backlog = backlog
+        self.ssl_context = ssl_context
         self.stats = PushStats()
         self.address = address
         self._url = urllib.parse.urlsplit(url.rstrip("/") + "/api/v1/push")
@@ -170,12 +187,13 @@ class Pusher:
 
     def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str, str]:
         """One POST on a fresh connection; return the status, a bit of the text, Retry-After."""
-        kind = (
-            http.client.HTTPSConnection
-            if self._url.scheme == "https"
-            else http.client.HTTPConnection
-        )
-        connection = kind(self._url.netloc, timeout=self._timeout)
+        connection: http.client.HTTPConnection
+        if self._url.scheme == "https":
+            connection = http.client.HTTPSConnection(
+                self._url.netloc, timeout=self._timeout, context=self.ssl_context or _tls
+            )
+        else:
+            connection = http.client.HTTPConnection(self._url.netloc, timeout=self._timeout)
         if self.address is not None:
             # http.client connects through this attribute, and takes the Host header
             # and the TLS server name from the host it was given: pinning the address

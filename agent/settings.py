@@ -62,6 +62,10 @@ class AgentSettings(FileSettings):
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
         description="The kubelet's PodResources API socket: which card each container holds.",
     )
+    collector_ca_file: Path | None = Field(
+        None,
+        description="PEM CA bundle the collector's TLS certificate is checked against (https:// collectors); the system CAs without it.",
+    )
     token_file: Path | None = Field(
         None,
         description="Projected service-account token (or shared token) sent as a bearer token.",

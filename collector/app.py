@@ -52,6 +52,7 @@ from collector.web.promapi import PrometheusAPI
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
+from collector.web.webconfig import WebConfig, web_middleware
 from core import heap, malloc
 from core.shards import Shard
 from core.tasks import Supervisor
@@ -74,11 +75,16 @@ SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
 """What must have synced before the app is ready: (what, whether it has)."""
 
 
-def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> web.Application:
+def build_app(
+    settings: CollectorSettings,
+    pods: PodDirectory | None = None,
+    web_config: WebConfig | None = None,
+) -> web.Application:
     """Make the collector's application; nothing runs until aiohttp starts it.
 
     ``pods`` attributes pushed regions without Kubernetes (the demo's simulated
-    cluster); with Kubernetes the collector watches pods itself.
+    cluster); with Kubernetes the collector watches pods itself. ``web_config``
+    (``--web-config-file``) adds basic auth, client SAN checks and response headers.
     """
     store = Store(
         settings.stale_seconds, History(settings.history_retention, settings.history_max_points)
@@ -88,9 +94,11 @@ def build_app(settings: CollectorSettings, pods: PodDirectory | None = None) -> 
     page = MetricsPage(store, metrics, external)
     app = web.Application(
         client_max_size=settings.push_body_limit + 1,
-        middlewares=[envelope_errors],
+        middlewares=[envelope_errors, *([web_middleware(web_config)] if web_config else [])],
         handler_args=HANDLER_ARGS,
     )
+    if web_config is not None:  # streamed answers (/metrics) are prepared inside the handler
+        app.on_response_prepare.append(web_config.add_headers)
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics

@@ -17,6 +17,7 @@ from aiohttp import web
 from collector import __version__
 from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
+from collector.web import webconfig
 from core import logs
 from core.malloc import set_policy
 from core.settings import (
@@ -93,7 +94,7 @@ GROUPS = {
         "external_labels_on_metrics",
     ),
     "shards and replicas": ("shard_count", "shard_index", "replica"),
-    "output and logging": ("listen", "log_format", "log_level"),
+    "output and logging": ("listen", "web_config_file", "log_format", "log_level"),
 }
 
 
@@ -158,11 +159,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if idle:
         print(f"cannot start: {idle}", file=sys.stderr)
         return 2
+    web_config = None
+    if settings.web_config_file is not None:
+        try:
+            web_config = webconfig.load(settings.web_config_file)
+        except webconfig.WebConfigError as exc:
+            print(
+                f"cannot start: {exc} (--web-config-file / {ENV_PREFIX}WEB_CONFIG_FILE)",
+                file=sys.stderr,
+            )
+            return 2
     sockets = listening(settings.listen)
     if sockets is None:
         return 2
+    ssl_context = web_config.ssl_context if web_config is not None else None
     try:
-        web.run_app(build_app(settings), sock=sockets, print=_announce(sockets))
+        web.run_app(
+            build_app(settings, web_config=web_config),
+            sock=sockets,
+            ssl_context=ssl_context,
+            print=_announce(sockets, "https" if ssl_context is not None else "http"),
+        )
     except StartupError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 2
@@ -253,13 +270,13 @@ def _bind(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def _announce(sockets: list[socket.socket]) -> Callable[[str], None]:
+def _announce(sockets: list[socket.socket], scheme: str = "http") -> Callable[[str], None]:
     """Say each bound address in the log once serving starts, instead of aiohttp's banner."""
 
     def announce(banner: str) -> None:
         for sock in sockets:
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-            log.info("listening on http://%s:%d", shown, port)
+            log.info("listening on %s://%s:%d", scheme, shown, port)
 
     return announce

@@ -210,6 +210,10 @@ class CollectorSettings(FileSettings):
         None,
         description="This replica's name, sent as the external label replica= for receivers that deduplicate.",
     )
+    web_config_file: Path | None = Field(
+        None,
+        description="Prometheus exporter-toolkit web configuration (TLS, basic auth, headers) of the listener; certificate files are re-read on change.",
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Lowest level logged."

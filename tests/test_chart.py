@@ -86,10 +86,12 @@ COLLECTOR_OWNED = {
     "remote_write_bearer_token_file",
     "remote_write_password_file",
     "remote_write_ca_file",
+    "web_config_file",
 }
 AGENT_OWNED = {
     "collector",
     "collector_shards",
+    "collector_ca_file",
     "shard_count",
     "node",
     "roots",
