@@ -49,6 +49,14 @@ from collector.web import health
 from collector.web.errors import HANDLER_ARGS, envelope_errors
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
+from collector.web.readauth import (
+    BasicReads,
+    KubernetesReads,
+    OpenReads,
+    ReadAuth,
+    Unready,
+    read_auth_middleware,
+)
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
@@ -65,6 +73,7 @@ METRICS = web.AppKey("metrics", SelfMetrics)
 SCRAPER = web.AppKey("scraper", ScrapeManager)
 
 PUSH = web.AppKey("push", PushReceiver)
+READ_AUTH = web.AppKey("read_auth", ReadAuth)
 TASKS = web.AppKey("tasks", Supervisor)
 REMOTE = web.AppKey("remote", RemoteWriter)
 KUBE = web.AppKey("kubernetes discovery", KubernetesDiscovery)
@@ -92,13 +101,25 @@ def build_app(
     metrics = SelfMetrics(store)
     external = settings.external_labels() if settings.external_labels_on_metrics else []
     page = MetricsPage(store, metrics, external)
+    reads: ReadAuth = (
+        OpenReads()
+        if settings.read_auth == "none"
+        else BasicReads()
+        if settings.read_auth == "basic"
+        else Unready()
+    )
     app = web.Application(
         client_max_size=settings.push_body_limit + 1,
-        middlewares=[envelope_errors, *([web_middleware(web_config)] if web_config else [])],
+        middlewares=[
+            envelope_errors,
+            *([web_middleware(web_config)] if web_config else []),
+            read_auth_middleware(lambda: app[READ_AUTH], metrics.read_refused),
+        ],
         handler_args=HANDLER_ARGS,
     )
     if web_config is not None:  # streamed answers (/metrics) are prepared inside the handler
         app.on_response_prepare.append(web_config.add_headers)
+    app[READ_AUTH] = reads
     app[SETTINGS] = settings
     app[STORE] = store
     app[METRICS] = metrics
@@ -306,6 +327,14 @@ def _sources(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
                 )
                 pods = directory
+            if settings.read_auth == "kubernetes" and api_client is not None:
+                app[READ_AUTH] = KubernetesReads(
+                    client.AuthenticationV1Api(api_client),
+                    client.AuthorizationV1Api(api_client),
+                    partial(_gpu_namespaces, pods),
+                    settings.read_auth_ttl,
+                    settings.kube_request_timeout,
+                )
             auth = _authenticator(settings, api_client, pods)
             pushes = not isinstance(auth, Refuse)
             assignments = Assignments()  # pushed by agents, read by the allocation source
@@ -335,6 +364,11 @@ def _sources(
             yield
 
     return sources
+
+
+def _gpu_namespaces(pods: PodDirectory) -> set[str]:
+    """The namespaces of pods that hold GPUs now: the candidates of a tenant's access."""
+    return {holding.pod.namespace for holding in pods.holdings()}
 
 
 def _authenticator(

@@ -69,6 +69,7 @@ GROUPS = {
         "push_body_limit",
         "push_max_inflight",
     ),
+    "reads": ("read_auth", "read_auth_ttl"),
     "history and queries": (
         "history_retention",
         "history_max_points",
@@ -169,6 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if settings.read_auth == "basic" and (web_config is None or web_config.auth is None):
+        print(
+            "cannot start: --read-auth basic needs basic_auth_users in --web-config-file",
+            file=sys.stderr,
+        )
+        return 2
     sockets = listening(settings.listen)
     if sockets is None:
         return 2

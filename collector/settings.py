@@ -118,6 +118,13 @@ class CollectorSettings(FileSettings):
         default_factory=list,
         description="Service accounts (namespace/name, * for any namespace) allowed to push; empty refuses all.",
     )
+    read_auth: Literal["none", "basic", "kubernetes"] = Field(
+        "none",
+        description="Who may read: none = anyone who reaches the port; basic = the web config's basic_auth_users; kubernetes = bearer tokens checked with TokenReview and SubjectAccessReview (cluster readers and namespace tenants).",
+    )
+    read_auth_ttl: float = Field(
+        60.0, gt=0, description="Seconds a token's review and an identity's access are cached."
+    )
     push_body_limit: int = Field(
         4 << 20, gt=0, description="Largest push body, in bytes, after decompression."
     )
@@ -246,6 +253,8 @@ class CollectorSettings(FileSettings):
             raise SettingError("push_token_file", "push-auth token needs a push-token-file")
         if self.push_auth == "tokenreview" and not self.kubernetes:
             raise SettingError("push_auth", "tokenreview needs --kubernetes")
+        if self.read_auth == "kubernetes" and not self.kubernetes:
+            raise SettingError("read_auth", "kubernetes needs --kubernetes")
         if self.shard_index >= self.shard_count:
             raise SettingError(
                 "shard_index",
