@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 from unittest import mock
 
+import bcrypt
 import pytest
 import yaml
 from helpers import prometheus_tool
 
 from agent.settings import AgentSettings
 from collector.settings import CollectorSettings
+from collector.web import webconfig
 from core.shards import shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +60,26 @@ PUSH_RULES = CLAIM_READ | {("authentication.k8s.io", "tokenreviews", "create")}
 ALLOCATION_RULES = CLAIM_READ | {
     ("resource.k8s.io", "resourceslices", v) for v in ("get", "list", "watch")
 }
+# readAuth.mode=kubernetes: who a reader is, and what it may read.
+READ_AUTH_RULES = {
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
+}
+COLLECTOR_RULES = POD_READ | PUSH_RULES | ALLOCATION_RULES | READ_AUTH_RULES
+# The readers' roles the chart ships; a non-resource URL rule as ("", URL, verb).
+CLUSTER_READER = f"{FULLNAME}-cluster-reader"
+TENANT = f"{FULLNAME}-tenant"
+READER_RULES = {
+    CLUSTER_READER: {("", url, "get") for url in ("/metrics", "/api/v1/*", "/prometheus/*", "/")},
+    TENANT: {("", "pods", "get"), ("", "pods", "list")},
+}
+PROMETHEUS = {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+TLS_MOUNT = "/etc/hami-usage-collector/tls"
+WEB_CONFIG_FILE = "/etc/hami-usage-collector/web/web-config.yaml"
+AGENT_CA_FILE = "/etc/hami-usage-collector/collector-ca/ca.crt"
+TLS = ["--set", "tls.enabled=true", "--set", "tls.secretName=huc-tls"]
+FORCED_MONITOR = ["--set", "monitor.enabled=true", "--set", "monitor.force=true"]
 
 # Settings the chart sets itself (or cannot offer: files it does not mount);
 # every other setting must be accepted by collector.settings / agent.settings.
@@ -87,6 +109,8 @@ COLLECTOR_OWNED = {
     "remote_write_password_file",
     "remote_write_ca_file",
     "web_config_file",
+    "read_auth",
+    "read_auth_ttl",
 }
 AGENT_OWNED = {
     "collector",
@@ -175,11 +199,12 @@ def collectors(docs: Sequence[Doc]) -> list[Doc]:
 
 
 def rules(role: Doc) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule; a non-resource URL as ("", URL, verb)."""
     return {
         (group, resource, verb)
         for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
+        for group in rule.get("apiGroups", [""])
+        for resource in rule.get("resources", []) + rule.get("nonResourceURLs", [])
         for verb in rule["verbs"]
     }
 
@@ -250,9 +275,9 @@ def test_rbac_default_is_exactly_pods_claims_slices_tokenreviews(
 ) -> None:
     docs = rendered["default"]
     assert not find(docs, "Role")
-    role = one(docs, "ClusterRole")
-    assert rules(role) == POD_READ | PUSH_RULES | ALLOCATION_RULES
-    binding = one(docs, "ClusterRoleBinding")
+    role = one(docs, "ClusterRole", FULLNAME)
+    assert rules(role) == COLLECTOR_RULES
+    binding = one(docs, "ClusterRoleBinding", FULLNAME)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -265,14 +290,30 @@ def test_rbac_default_is_exactly_pods_claims_slices_tokenreviews(
 def test_rbac_without_pushes_reads_pods_and_allocations_only(
     rendered: dict[str, list[Doc]],
 ) -> None:
-    assert rules(one(rendered["agent-off"], "ClusterRole")) == POD_READ | ALLOCATION_RULES
+    assert (
+        rules(one(rendered["agent-off"], "ClusterRole", FULLNAME))
+        == POD_READ | ALLOCATION_RULES | READ_AUTH_RULES
+    )
+    # and without kubernetes read auth, no TokenReviews either
+    docs = template("-f", CHART / "ci" / "agent-off-values.yaml", "--set", "readAuth.mode=none")
+    assert rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | ALLOCATION_RULES
 
 
 def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
-    # Agent and allocations off: one Role per namespace, nothing cluster-scoped.
+    # Agent and allocations off: one Role per namespace; cluster-scoped, only the
+    # reviews of kubernetes read auth (no pods) and the readers' roles.
     docs = rendered["namespaced-agent-off"]
-    assert not find(docs, "ClusterRole")
-    assert not find(docs, "ClusterRoleBinding")
+    assert rules(one(docs, "ClusterRole", FULLNAME)) == READ_AUTH_RULES
+    assert {r["metadata"]["name"] for r in find(docs, "ClusterRole")} == {
+        FULLNAME,
+        *READER_RULES,
+    }
+    # ... and with readAuth none, nothing cluster-scoped at all.
+    plain = template(
+        "-f", CHART / "ci" / "namespaced-agent-off-values.yaml", "--set", "readAuth.mode=none"
+    )
+    assert not find(plain, "ClusterRole")
+    assert not find(plain, "ClusterRoleBinding")
     roles = find(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["hami-system", "kube-system"]
     assert all(rules(r) == POD_READ for r in roles)
@@ -282,14 +323,19 @@ def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
     # Agent on: push attribution keeps its cluster-wide grant (and says so in NOTES).
     docs = rendered["namespaced"]
     assert len(find(docs, "Role")) == 2
-    assert rules(one(docs, "ClusterRole")) == POD_READ | PUSH_RULES | ALLOCATION_RULES
+    assert rules(one(docs, "ClusterRole", FULLNAME)) == COLLECTOR_RULES
 
 
 def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
     for name, docs in rendered.items():
         for role in find(docs, "ClusterRole") + find(docs, "Role"):
             granted = rules(role)
-            assert granted <= POD_READ | PUSH_RULES | ALLOCATION_RULES, name
+            reader = READER_RULES.get(role["metadata"]["name"])
+            if reader is not None:  # the readers' roles: exactly their rules
+                assert role["kind"] == "ClusterRole", name
+                assert granted == reader, name
+                continue
+            assert granted <= COLLECTOR_RULES, name
             assert not any("*" in part for rule in granted for part in rule), name
         # The agent's service account is bound to nothing.
         for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
@@ -567,7 +613,14 @@ ENDPOINT_FIELDS = {
     "honorLabels",
     "metricRelabelings",
     "relabelings",
+    "authorization",
+    "basicAuth",
+    "tlsConfig",
 }
+# ServiceMonitor endpoints only: PodMonitor's podMetricsEndpoints never had it.
+SERVICE_MONITOR_ENDPOINT_FIELDS = ENDPOINT_FIELDS | {"bearerTokenFile"}
+# tlsConfig fields (SafeTLSConfig; caFile & co. are ServiceMonitor-only, not used).
+TLS_CONFIG_FIELDS = {"ca", "cert", "keySecret", "serverName", "insecureSkipVerify"}
 RELABEL_ACTIONS = {
     "replace",
     "keep",
@@ -619,7 +672,11 @@ def test_monitor_kinds_match_their_crds(rendered: dict[str, list[Doc]]) -> None:
             endpoints = spec["endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"]
             assert endpoints, where
             for endpoint in endpoints:
-                assert set(endpoint) <= ENDPOINT_FIELDS, where
+                allowed = (
+                    SERVICE_MONITOR_ENDPOINT_FIELDS if kind == "ServiceMonitor" else ENDPOINT_FIELDS
+                )
+                assert set(endpoint) <= allowed, where
+                assert set(endpoint.get("tlsConfig", {})) <= TLS_CONFIG_FIELDS, where
                 assert endpoint["port"] == "http", where
                 assert endpoint["path"] == "/metrics", where
                 assert DURATION.match(endpoint["interval"]), where
@@ -1008,3 +1065,320 @@ def test_remote_write_basic_auth_from_the_secret(tmp_path: Path) -> None:
         volumes = workload["spec"]["template"]["spec"]["volumes"]
         (volume,) = [v for v in volumes if v["name"] == "remote-write"]
         assert volume["secret"]["items"] == [{"key": "password", "path": "password"}]
+
+
+# --- read authorization and TLS -----------------------------------------------------------
+
+
+def binding_subjects(docs: Sequence[Doc], kind: str, name: str) -> list[Doc]:
+    binding = one(docs, kind, name)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": name,
+    }
+    subjects: list[Doc] = binding["subjects"]
+    return subjects
+
+
+def test_read_auth_kubernetes_by_default(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["default"]
+    env = env_of(one(docs, "Deployment"))
+    assert env["HAMI_COLLECTOR_READ_AUTH"] == "kubernetes"
+    assert env["HAMI_COLLECTOR_READ_AUTH_TTL"] == "60"
+    assert "HAMI_COLLECTOR_WEB_CONFIG_FILE" not in env
+    settings = settings_from(CollectorSettings, env)
+    assert (settings.read_auth, settings.read_auth_ttl) == ("kubernetes", 60)
+    # the collector may review tokens and ask what they may read
+    assert rules(one(docs, "ClusterRole", FULLNAME)) >= READ_AUTH_RULES
+    # the readers' roles, and kube-prometheus' Prometheus bound as a cluster reader
+    for name, expected in READER_RULES.items():
+        assert rules(one(docs, "ClusterRole", name)) == expected
+    assert binding_subjects(docs, "ClusterRoleBinding", CLUSTER_READER) == [PROMETHEUS]
+    assert not find(docs, "RoleBinding")
+    # the ServiceMonitor sends Prometheus' own token; a PodMonitor has no such field
+    (endpoint,) = one(rendered["servicemonitor"], "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"] == SA_TOKEN
+    assert endpoint["scheme"] == "http"
+    assert "authorization" not in endpoint
+    (pod_endpoint,) = one(rendered["podmonitor"], "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert "bearerTokenFile" not in pod_endpoint
+    assert "authorization" not in pod_endpoint
+
+
+def test_monitor_authorization_from_a_secret() -> None:
+    credentials = '{"type":"Bearer","credentials":{"name":"reader-token","key":"token"}}'
+    for kind, field in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        docs = template(
+            *FORCED_MONITOR,
+            "--set",
+            f"monitor.kind={kind}",
+            "--set-json",
+            f"monitor.authorization={credentials}",
+        )
+        (endpoint,) = one(docs, kind)["spec"][field]
+        assert endpoint["authorization"] == json.loads(credentials), kind
+        assert "bearerTokenFile" not in endpoint, kind
+
+
+def test_tenants_get_one_role_binding_per_namespace() -> None:
+    tenants = [
+        {"namespace": "team-a", "subjects": [{"kind": "Group", "name": "team-a"}]},
+        {
+            "namespace": "team-b",
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "grafana", "namespace": "team-b"},
+                {"kind": "User", "name": "bob@example.com"},
+            ],
+        },
+    ]
+    docs = template(
+        "--set-json",
+        f"readAuth.tenants={json.dumps(tenants)}",
+        "--set-json",
+        "readAuth.clusterReaders=[]",
+    )
+    bindings = find(docs, "RoleBinding")
+    assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
+    group = {"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}
+    assert [s for b in bindings[:1] for s in b["subjects"]] == [group]
+    for binding in bindings:
+        assert binding["metadata"]["name"] == TENANT
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": TENANT,
+        }
+    assert bindings[1]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "grafana", "namespace": "team-b"},
+        {"kind": "User", "name": "bob@example.com", "apiGroup": "rbac.authorization.k8s.io"},
+    ]
+    # no cluster readers: the role is shipped, not bound
+    assert one(docs, "ClusterRole", CLUSTER_READER)
+    assert not find(docs, "ClusterRoleBinding", CLUSTER_READER)
+    validate_strict(docs)
+
+
+def test_read_auth_none_reviews_nothing_and_sends_no_token() -> None:
+    docs = template("--set", "readAuth.mode=none", *FORCED_MONITOR)
+    assert env_of(one(docs, "Deployment"))["HAMI_COLLECTOR_READ_AUTH"] == "none"
+    assert rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | PUSH_RULES | ALLOCATION_RULES
+    assert not find(docs, "ClusterRole", CLUSTER_READER)
+    assert not find(docs, "ClusterRole", TENANT)
+    assert [b["metadata"]["name"] for b in find(docs, "ClusterRoleBinding")] == [FULLNAME]
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    assert "authorization" not in endpoint
+
+
+def self_signed(folder: Path) -> None:
+    """tls.crt and tls.key (and ca.crt, the same certificate) in ``folder``, like cert-manager's."""
+    done = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={FULLNAME}.{NAMESPACE}",
+            "-keyout",
+            str(folder / "tls.key"),
+            "-out",
+            str(folder / "tls.crt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (folder / "ca.crt").write_bytes((folder / "tls.crt").read_bytes())
+
+
+def validate_strict(docs: Sequence[Doc]) -> None:
+    """Every non-Prometheus-Operator manifest against the Kubernetes schemas (strict)."""
+    import kubernetes_validate
+
+    for doc in docs:
+        if doc["apiVersion"] != MONITOR_API:
+            for version in KUBE_VERSIONS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_tls_mounts_the_secret_serves_https_and_agents_trust_its_ca(tmp_path: Path) -> None:
+    docs = template(*TLS, *FORCED_MONITOR)
+    validate_strict(docs)
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    c = container(deployment)
+    env = env_of(deployment)
+    assert env["HAMI_COLLECTOR_WEB_CONFIG_FILE"] == WEB_CONFIG_FILE
+    # whole Secret volumes, read-only, never subPath (a subPath mount is not updated)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert volumes["tls"]["secret"]["secretName"] == "huc-tls"
+    assert "items" not in volumes["tls"]["secret"]
+    assert volumes["web-config"]["secret"]["secretName"] == f"{FULLNAME}-web-config"
+    assert mounts["tls"] == {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True}
+    assert Path(mounts["web-config"]["mountPath"]) == Path(WEB_CONFIG_FILE).parent
+    assert mounts["web-config"]["readOnly"] is True
+    for workload in [deployment, *find(docs, "DaemonSet")]:
+        assert not [m for m in container(workload)["volumeMounts"] if "subPath" in m]
+    # HTTPS probes of the unauthenticated endpoints
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
+    # the web config: the mounted certificate files; the collector loads it
+    secret = one(docs, "Secret", f"{FULLNAME}-web-config")
+    text = secret["stringData"][Path(WEB_CONFIG_FILE).name]
+    config = yaml.safe_load(text)
+    assert config == {
+        "tls_server_config": {
+            "cert_file": f"{TLS_MOUNT}/tls.crt",
+            "key_file": f"{TLS_MOUNT}/tls.key",
+            "client_auth_type": "NoClientCert",
+            "min_version": "TLS12",
+        }
+    }
+    pod_annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert "hami-usage-collector/web-config" in pod_annotations
+    self_signed(tmp_path)
+    local = tmp_path / "web-config.yaml"
+    local.write_text(text.replace(f"{TLS_MOUNT}/", f"{tmp_path}/"))
+    assert webconfig.load(local).ssl_context is not None
+    assert settings_from(CollectorSettings, env).web_config_file == Path(WEB_CONFIG_FILE)
+    # the agent: an https URL and the Secret's CA only
+    ds = one(docs, "DaemonSet")
+    agent_env = env_of(ds)
+    assert agent_env["HAMI_AGENT_COLLECTOR"] == URL.replace("http://", "https://")
+    assert agent_env["HAMI_AGENT_COLLECTOR_CA_FILE"] == AGENT_CA_FILE
+    agent = settings_from(AgentSettings, {**agent_env, "NODE_NAME": "gpu-node-1"})
+    assert agent.collector_ca_file == Path(AGENT_CA_FILE)
+    agent_pod = ds["spec"]["template"]["spec"]
+    (ca,) = [v for v in agent_pod["volumes"] if v["name"] == "collector-ca"]
+    assert ca["secret"]["secretName"] == "huc-tls"
+    assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    (ca_mount,) = [m for m in container(ds)["volumeMounts"] if m["name"] == "collector-ca"]
+    assert ca_mount == {
+        "name": "collector-ca",
+        "mountPath": str(Path(AGENT_CA_FILE).parent),
+        "readOnly": True,
+    }
+    # the monitor scrapes https, checking the certificate against the Secret's CA
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == SA_TOKEN
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "huc-tls", "key": "ca.crt"}},
+        "serverName": f"{FULLNAME}.{NAMESPACE}.svc",
+    }
+    podmonitor = template(*TLS, *FORCED_MONITOR, "--set", "monitor.kind=PodMonitor")
+    (pod_endpoint,) = one(podmonitor, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert pod_endpoint["scheme"] == "https"
+    assert pod_endpoint["tlsConfig"] == endpoint["tlsConfig"]
+
+
+def test_tls_off_renders_no_web_config(rendered: dict[str, list[Doc]]) -> None:
+    for name, docs in rendered.items():
+        assert not find(docs, "Secret"), name
+        for ds in find(docs, "DaemonSet"):
+            assert "HAMI_AGENT_COLLECTOR_CA_FILE" not in env_of(ds), name
+        for workload in collectors(docs):
+            assert "HAMI_COLLECTOR_WEB_CONFIG_FILE" not in env_of(workload), name
+
+
+def test_tls_with_replicas_shards_and_client_certificates() -> None:
+    sharded = template(*TLS, "-f", CHART / "ci" / "sharded-values.yaml")
+    env = env_of(one(sharded, "DaemonSet"))
+    assert env["HAMI_AGENT_COLLECTOR_SHARDS"] == (
+        f"https://{FULLNAME}-shard-{{shard}}.{NAMESPACE}:9396"
+    )
+    replicas = template(*TLS, "--set", "collector.replicas=2")
+    env = env_of(one(replicas, "DaemonSet"))
+    assert env["HAMI_AGENT_COLLECTOR"] == f"https://{FULLNAME}-headless.{NAMESPACE}:9396"
+    # client certificates checked against the Secret's CA; the agents keep theirs optional
+    docs = template(*TLS, "--set", "tls.clientAuthType=VerifyClientCertIfGiven")
+    secret = one(docs, "Secret", f"{FULLNAME}-web-config")
+    tls = yaml.safe_load(secret["stringData"]["web-config.yaml"])["tls_server_config"]
+    assert tls["client_auth_type"] == "VerifyClientCertIfGiven"
+    assert tls["client_ca_file"] == f"{TLS_MOUNT}/ca.crt"
+    # every client must present one: the kubelet cannot, so the probes only connect
+    required = template(
+        *TLS,
+        "--set",
+        "tls.clientAuthType=RequireAndVerifyClientCert",
+        "--set",
+        "agent.enabled=false",
+    )
+    c = container(one(required, "Deployment"))
+    assert c["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert "httpGet" not in c["readinessProbe"]
+    # a CA from another Secret (no private key on the agents' nodes)
+    other = template(*TLS, "--set", "tls.caSecretName=collector-ca")
+    (ca,) = [
+        v
+        for v in one(other, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "collector-ca"
+    ]
+    assert ca["secret"]["secretName"] == "collector-ca"
+
+
+def test_basic_read_auth_users_go_to_the_web_config(tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    docs = template(
+        "--set",
+        "readAuth.mode=basic",
+        "--set-json",
+        f'readAuth.basicAuthUsers={{"grafana":"{hashed}"}}',
+    )
+    env = env_of(one(docs, "Deployment"))
+    assert env["HAMI_COLLECTOR_READ_AUTH"] == "basic"
+    assert env["HAMI_COLLECTOR_WEB_CONFIG_FILE"] == WEB_CONFIG_FILE
+    text = one(docs, "Secret", f"{FULLNAME}-web-config")["stringData"]["web-config.yaml"]
+    assert yaml.safe_load(text) == {"basic_auth_users": {"grafana": hashed}}
+    local = tmp_path / "web-config.yaml"
+    local.write_text(text)
+    assert webconfig.load(local).auth is not None
+    assert not find(docs, "ClusterRole", CLUSTER_READER)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "readAuth.mode=token"], "/readAuth/mode"),
+        (["--set", "readAuth.ttl=0"], "/readAuth/ttl"),
+        (
+            ["--set-json", 'readAuth.clusterReaders=[{"kind":"ServiceAccount","name":"p"}]'],
+            "namespace",
+        ),
+        (
+            ["--set-json", 'readAuth.clusterReaders=[{"kind":"Robot","name":"p"}]'],
+            "/readAuth/clusterReaders/0/kind",
+        ),
+        (["--set-json", 'readAuth.tenants=[{"namespace":"a"}]'], "subjects"),
+        (
+            [
+                "--set-json",
+                'readAuth.tenants=[{"namespace":"a","subjects":[{"kind":"Group","name":"g"}]},'
+                '{"namespace":"a","subjects":[{"kind":"Group","name":"h"}]}]',
+            ],
+            "namespace a is listed twice",
+        ),
+        (["--set", "readAuth.mode=basic"], "readAuth.mode=basic needs readAuth.basicAuthUsers"),
+        (["--set", "readAuth.basicAuthUsers.u=plain"], "/readAuth/basicAuthUsers"),
+        (["--set", "tls.enabled=true"], "tls.enabled needs tls.secretName"),
+        (["--set", "tls.minVersion=TLS10"], "/tls/minVersion"),
+        (["--set", "tls.clientAuthType=RequestClientCert"], "/tls/clientAuthType"),
+        ([*TLS, "--set", "tls.clientAuthType=RequireAndVerifyClientCert"], "refuses the agents"),
+        (
+            [*TLS, "--set", "tls.caKey=", "--set", "tls.clientAuthType=VerifyClientCertIfGiven"],
+            "needs tls.caKey",
+        ),
+    ],
+)
+def test_bad_read_auth_and_tls_values_are_refused(args: list[str], message: str) -> None:
+    with pytest.raises(HelmError) as refused:
+        template(*args)
+    assert message in str(refused.value)

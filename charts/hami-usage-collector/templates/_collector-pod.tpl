@@ -13,7 +13,12 @@ template:
       {{- with $root.Values.collector.podLabels }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-    {{- with $root.Values.collector.podAnnotations }}
+    {{- $annotations := $root.Values.collector.podAnnotations }}
+    {{- if include "huc.webConfigRendered" $root }}
+    {{- /* the web config itself is read at start: a changed one rolls the pods */}}
+    {{- $annotations = merge (dict "hami-usage-collector/web-config" (include "huc.webConfig" $root | sha256sum)) $annotations }}
+    {{- end }}
+    {{- with $annotations }}
     annotations:
       {{- toYaml . | nindent 6 }}
     {{- end }}
@@ -56,6 +61,14 @@ template:
             value: {{ $root.Values.push.audience | quote }}
           - name: HAMI_COLLECTOR_PUSH_SERVICE_ACCOUNTS
             value: {{ include "huc.pushServiceAccounts" $root | quote }}
+          - name: HAMI_COLLECTOR_READ_AUTH
+            value: {{ $root.Values.readAuth.mode | quote }}
+          - name: HAMI_COLLECTOR_READ_AUTH_TTL
+            value: {{ include "huc.envValue" $root.Values.readAuth.ttl | quote }}
+          {{- if include "huc.webConfigRendered" $root }}
+          - name: HAMI_COLLECTOR_WEB_CONFIG_FILE
+            value: {{ printf "%s/web-config.yaml" (include "huc.webConfigMount" $root) | quote }}
+          {{- end }}
           {{- if ge (int $shard) 0 }}
           - name: HAMI_COLLECTOR_SHARD_COUNT
             value: {{ $root.Values.collector.shards | quote }}
@@ -96,15 +109,12 @@ template:
           - name: http
             containerPort: 9396
             protocol: TCP
+        {{- $tls := $root.Values.tls }}
         livenessProbe:
-          httpGet:
-            path: /healthz
-            port: http
+          {{- include "huc.collectorProbe" (dict "root" $root "path" "/healthz") | nindent 10 }}
           {{- toYaml $root.Values.collector.livenessProbe | nindent 10 }}
         readinessProbe:
-          httpGet:
-            path: /readyz
-            port: http
+          {{- include "huc.collectorProbe" (dict "root" $root "path" "/readyz") | nindent 10 }}
           {{- toYaml $root.Values.collector.readinessProbe | nindent 10 }}
         resources:
           {{- toYaml $root.Values.collector.resources | nindent 10 }}
@@ -117,6 +127,22 @@ template:
           - name: remote-write
             mountPath: {{ include "huc.remoteWriteMount" $root }}
             readOnly: true
+          {{- end }}
+          {{- /* whole-volume mounts, never subPath: a renewed certificate appears in place */}}
+          {{- if include "huc.webConfigRendered" $root }}
+          - name: web-config
+            mountPath: {{ include "huc.webConfigMount" $root }}
+            readOnly: true
+          {{- end }}
+          {{- if $tls.enabled }}
+          - name: tls
+            mountPath: {{ include "huc.tlsMount" $root }}
+            readOnly: true
+          {{- if include "huc.collectorClientCa" $root }}
+          - name: client-ca
+            mountPath: {{ include "huc.agentCaMount" $root }}
+            readOnly: true
+          {{- end }}
           {{- end }}
     volumes:
       - name: tmp
@@ -133,6 +159,27 @@ template:
             - key: {{ $key | quote }}
               path: {{ $key | quote }}
             {{- end }}
+      {{- end }}
+      {{- end }}
+      {{- if include "huc.webConfigRendered" $root }}
+      - name: web-config
+        secret:
+          secretName: {{ include "huc.fullname" $root }}-web-config
+          defaultMode: 0444
+      {{- end }}
+      {{- if $tls.enabled }}
+      - name: tls
+        secret:
+          secretName: {{ $tls.secretName }}
+          defaultMode: 0444
+      {{- if include "huc.collectorClientCa" $root }}
+      - name: client-ca
+        secret:
+          secretName: {{ $tls.caSecretName }}
+          defaultMode: 0444
+          items:
+            - key: {{ $tls.caKey | quote }}
+              path: {{ $tls.caKey | quote }}
       {{- end }}
       {{- end }}
     {{- with $root.Values.collector.nodeSelector }}
@@ -191,4 +238,28 @@ podAntiAffinity:
 {{/* Where the remote-write Secret's keys are mounted (read-only) in the collector. */}}
 {{- define "huc.remoteWriteMount" -}}
 /etc/hami-usage-collector/remote-write
+{{- end -}}
+
+
+{{/* A collector probe of PATH: HTTPS with TLS; tcpSocket where every client must present a
+     certificate (the kubelet presents none); (dict "root" $ "path" PATH). */}}
+{{- define "huc.collectorProbe" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if and $tls.enabled (eq $tls.clientAuthType "RequireAndVerifyClientCert") -}}
+tcpSocket:
+  port: http
+{{- else -}}
+httpGet:
+  path: {{ .path }}
+  port: http
+  {{- if $tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the collector checks client certificates against a CA of another Secret. */}}
+{{- define "huc.collectorClientCa" -}}
+{{- $tls := .Values.tls -}}
+{{- if and $tls.enabled $tls.caSecretName (ne $tls.clientAuthType "NoClientCert") -}}true{{- end -}}
 {{- end -}}

@@ -82,9 +82,69 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 
-{{/* Base URL of the collector inside the cluster: http://<service>.<namespace>:<port> */}}
+{{/* http, or https with tls.enabled. */}}
+{{- define "huc.scheme" -}}
+{{- if .Values.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/* Base URL of the collector inside the cluster: http(s)://<service>.<namespace>:<port> */}}
 {{- define "huc.url" -}}
-{{- printf "http://%s.%s:%d" (include "huc.fullname" .) .Release.Namespace (int .Values.service.port) -}}
+{{- printf "%s://%s.%s:%d" (include "huc.scheme" .) (include "huc.fullname" .) .Release.Namespace (int .Values.service.port) -}}
+{{- end -}}
+
+{{/* "true" when the collector checks readers' tokens with TokenReviews and SubjectAccessReviews. */}}
+{{- define "huc.kubeReadAuth" -}}
+{{- if eq .Values.readAuth.mode "kubernetes" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the web config Secret, the TLS Secret and (in the agent) the CA are mounted. */}}
+{{- define "huc.webConfigMount" -}}
+/etc/hami-usage-collector/web
+{{- end -}}
+{{- define "huc.tlsMount" -}}
+/etc/hami-usage-collector/tls
+{{- end -}}
+{{- define "huc.agentCaMount" -}}
+/etc/hami-usage-collector/collector-ca
+{{- end -}}
+
+{{/* "true" when the collector gets a web config file (TLS or basic-auth users). */}}
+{{- define "huc.webConfigRendered" -}}
+{{- if or .Values.tls.enabled .Values.readAuth.basicAuthUsers -}}true{{- end -}}
+{{- end -}}
+
+{{/* The exporter-toolkit web config of the collector: TLS from the mounted Secret, basic-auth users. */}}
+{{- define "huc.webConfig" -}}
+{{- $config := dict -}}
+{{- with .Values.tls -}}
+{{- if .enabled -}}
+{{- $dir := include "huc.tlsMount" $ -}}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "client_auth_type" .clientAuthType "min_version" .minVersion -}}
+{{- if ne .clientAuthType "NoClientCert" -}}
+{{- $_ := set $tls "client_ca_file" (include "huc.collectorCaFile" $) -}}
+{{- end -}}
+{{- $_ := set $config "tls_server_config" $tls -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.readAuth.basicAuthUsers -}}
+{{- $_ := set $config "basic_auth_users" . -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* The CA file the collector checks client certificates against: caKey of the TLS Secret,
+     or of caSecretName (then mounted beside it). */}}
+{{- define "huc.collectorCaFile" -}}
+{{- if .Values.tls.caSecretName -}}
+{{- printf "%s/%s" (include "huc.agentCaMount" .) .Values.tls.caKey -}}
+{{- else -}}
+{{- printf "%s/%s" (include "huc.tlsMount" .) .Values.tls.caKey -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the CA bundle (tls.caKey). */}}
+{{- define "huc.caSecret" -}}
+{{- default .Values.tls.secretName .Values.tls.caSecretName -}}
 {{- end -}}
 
 {{/* The headless Service of every collector pod. */}}
@@ -101,17 +161,22 @@ app.kubernetes.io/component: agent
      sharded; else the headless Service (every replica) or, with one replica, the Service. */}}
 {{- define "huc.agentCollectorEnv" -}}
 {{- $ns := .Release.Namespace -}}
+{{- $scheme := include "huc.scheme" . -}}
 {{- if gt (int .Values.collector.shards) 1 -}}
 - name: HAMI_AGENT_COLLECTOR_SHARDS
-  value: {{ printf "http://%s-shard-{shard}.%s:9396" (include "huc.fullname" .) $ns | quote }}
+  value: {{ printf "%s://%s-shard-{shard}.%s:9396" $scheme (include "huc.fullname" .) $ns | quote }}
 - name: HAMI_AGENT_SHARD_COUNT
   value: {{ .Values.collector.shards | quote }}
 {{- else if gt (int .Values.collector.replicas) 1 -}}
 - name: HAMI_AGENT_COLLECTOR
-  value: {{ printf "http://%s.%s:9396" (include "huc.headless" .) $ns | quote }}
+  value: {{ printf "%s://%s.%s:9396" $scheme (include "huc.headless" .) $ns | quote }}
 {{- else -}}
 - name: HAMI_AGENT_COLLECTOR
   value: {{ include "huc.url" . | quote }}
+{{- end -}}
+{{- if and .Values.tls.enabled .Values.tls.caKey }}
+- name: HAMI_AGENT_COLLECTOR_CA_FILE
+  value: {{ printf "%s/%s" (include "huc.agentCaMount" .) .Values.tls.caKey | quote }}
 {{- end -}}
 {{- end -}}
 
@@ -180,6 +245,7 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 {{- include "huc.validateRemoteWrite" . -}}
+{{- include "huc.validateReadAuth" . -}}
 {{- if and (gt (int .Values.collector.replicas) 1) (ge (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
 {{- fail (printf "collector.pdb.minAvailable (%d) must be below collector.replicas (%d), or no pod could ever be evicted" (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
 {{- end -}}
@@ -208,6 +274,37 @@ app.kubernetes.io/component: agent
 {{- range $settings.externalLabel -}}
 {{- if hasPrefix "replica=" (trim .) -}}
 {{- fail "collector.settings.externalLabel: replica is set by the chart (each pod's name)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/* readAuth and tls: what the collector would refuse at start, or could not serve. */}}
+{{- define "huc.validateReadAuth" -}}
+{{- $ra := .Values.readAuth -}}
+{{- if and (eq $ra.mode "basic") (not $ra.basicAuthUsers) -}}
+{{- fail "readAuth.mode=basic needs readAuth.basicAuthUsers (user: bcrypt hash)" -}}
+{{- end -}}
+{{- if and $ra.basicAuthUsers (ne $ra.mode "basic") -}}
+{{- fail (printf "readAuth.basicAuthUsers is set but readAuth.mode is %s (basic uses them)" $ra.mode) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $ra.tenants -}}
+{{- if hasKey $seen .namespace -}}
+{{- fail (printf "readAuth.tenants: namespace %s is listed twice (put all its subjects in one entry)" .namespace) -}}
+{{- end -}}
+{{- $_ := set $seen .namespace true -}}
+{{- end -}}
+{{- $tls := .Values.tls -}}
+{{- if $tls.enabled -}}
+{{- if not $tls.secretName -}}
+{{- fail "tls.enabled needs tls.secretName, a kubernetes.io/tls Secret (tls.crt, tls.key) of the release namespace" -}}
+{{- end -}}
+{{- if and (ne $tls.clientAuthType "NoClientCert") (not $tls.caKey) -}}
+{{- fail (printf "tls.clientAuthType %s needs tls.caKey, the CA client certificates are checked against" $tls.clientAuthType) -}}
+{{- end -}}
+{{- if and (eq $tls.clientAuthType "RequireAndVerifyClientCert") .Values.agent.enabled -}}
+{{- fail "tls.clientAuthType RequireAndVerifyClientCert refuses the agents (they present no client certificate): use VerifyClientCertIfGiven or agent.enabled=false" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
