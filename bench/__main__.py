@@ -32,7 +32,7 @@ from bench.fleet.report import (
     shards_rows,
     status_rows,
 )
-from bench.foundation import allocations, heap, ingest, memory, page, serve
+from bench.foundation import allocations, heap, ingest, memory, page, readauth, serve
 from bench.foundation.report import ingest_rows, memory_rows, page_rows, serve_rows
 from bench.kit import cluster
 from bench.kit.table import RESULTS, Row, mark, table, write_result
@@ -355,6 +355,10 @@ def parser() -> argparse.ArgumentParser:
     hp.set_defaults(handler=run_heap)
     al = subs.add_parser("allocations", help="one refresh of the pod watch's allocation batches")
     al.set_defaults(handler=lambda a: print(json.dumps(allocations.measure(), indent=2)))
+    ra = subs.add_parser(
+        "readauth", help="what read authorization adds to a cached identity's read"
+    )
+    ra.set_defaults(handler=lambda a: print(readauth.table(readauth.run())))
     return top
 
 

@@ -159,6 +159,7 @@ class KubernetesReads:
         self._timeout = request_timeout
         self._users: _Cache[User | ReadRefused] = _Cache(ttl)
         self._verdicts: _Cache[bool] = _Cache(ttl)
+        self._tenants: _Cache[frozenset[str]] = _Cache(ttl)
         self._parallel = asyncio.Semaphore(parallel)
         self._failure = ""
 
@@ -202,7 +203,17 @@ class KubernetesReads:
         return User(u.username or "", u.uid or "", tuple(u.groups or ()), dict(u.extra or {}))
 
     async def _tenant(self, user: User) -> frozenset[str]:
-        """The GPU namespaces ``user`` may list pods in, asked at most once per TTL each."""
+        """The GPU namespaces ``user`` may list pods in, asked at most once per TTL each; the
+        answer is kept as long (finding the GPU namespaces walks every pod: 0.6 ms at 40 pods)."""
+        key = (user.name, user.groups)
+        now = time.monotonic()
+        found = self._tenants.get(key, now)
+        if found is None:
+            found = await self._allowed_namespaces(user)
+            self._tenants.put(key, found, now)
+        return found
+
+    async def _allowed_namespaces(self, user: User) -> frozenset[str]:
         candidates = sorted(set(self._namespaces()))
         verdicts = await asyncio.gather(
             *(self._verdict(user, ("pods", ns), _pods_review(user, ns)) for ns in candidates)
