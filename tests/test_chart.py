@@ -793,7 +793,21 @@ def test_grafana_configmaps(rendered: dict[str, list[Doc]]) -> None:
     assert source["url"] == f"{URL}/prometheus"
     assert source["uid"] == "hami-usage-collector"
     assert source["jsonData"]["timeInterval"] == "15s"
+    assert "secureJsonData" not in source
     assert not find(rendered["default"], "ConfigMap")
+
+
+def test_grafana_datasource_sends_a_token_from_grafana_s_environment() -> None:
+    docs = template(
+        "--set",
+        "grafana.datasource.enabled=true",
+        "--set",
+        "grafana.datasource.tokenEnv=HAMI_TOKEN",
+    )
+    datasource = one(docs, "ConfigMap", f"{FULLNAME}-datasource")
+    (source,) = yaml.safe_load(datasource["data"]["hami-usage-datasource.yaml"])["datasources"]
+    assert source["jsonData"]["httpHeaderName1"] == "Authorization"
+    assert source["secureJsonData"] == {"httpHeaderValue1": "Bearer ${HAMI_TOKEN}"}
 
 
 def test_network_policy(rendered: dict[str, list[Doc]]) -> None:
