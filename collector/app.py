@@ -60,7 +60,7 @@ from collector.web.readauth import (
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
-from collector.web.webconfig import WebConfig, web_middleware
+from collector.web.webconfig import TLSReloads, WebConfig, web_middleware
 from core import heap, malloc
 from core.shards import Shard
 from core.tasks import Supervisor
@@ -119,6 +119,8 @@ def build_app(
     )
     if web_config is not None:  # streamed answers (/metrics) are prepared inside the handler
         app.on_response_prepare.append(web_config.add_headers)
+        if web_config.tls is not None:
+            metrics.registry.register(TLSReloads(web_config.tls))
     app[READ_AUTH] = reads
     app[SETTINGS] = settings
     app[STORE] = store

@@ -77,7 +77,7 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,6 +85,7 @@ import bcrypt
 import yaml
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collector.web.errors import error_response
@@ -197,6 +198,26 @@ class WebConfigFile(_Model):
     http_server_config: HTTPServerConfig = Field(default_factory=HTTPServerConfig)
     basic_auth_users: dict[str, str] = Field(default_factory=dict)
     rate_limit: Any = None
+
+
+class TLSReloads:
+    """The listener's certificate reloads as the collector's own counters (read at scrape time)."""
+
+    def __init__(self, files: TLSFiles) -> None:
+        self._files = files
+
+    def collect(self) -> Iterator[Metric]:
+        """``hami_usage_collector_tls_reloads_total`` and ``…_tls_reload_errors_total``."""
+        yield CounterMetricFamily(
+            "hami_usage_collector_tls_reloads",
+            "Times the listener's certificate, key or client CA was re-read after a change.",
+            value=self._files.reloads,
+        )
+        yield CounterMetricFamily(
+            "hami_usage_collector_tls_reload_errors",
+            "Changed certificate files that could not be loaded (the last good ones kept serving).",
+            value=self._files.reload_errors,
+        )
 
 
 class WebConfig:
