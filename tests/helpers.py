@@ -257,13 +257,19 @@ VMALERT_START_TIMEOUT = 30.0
 
 @contextmanager
 def real_vmalert(
-    work: Path, rules: Path, datasource: str, notifier: str, interval: str = "1s"
+    work: Path,
+    rules: Path,
+    datasource: str,
+    notifier: str,
+    interval: str = "1s",
+    args: Sequence[str] = (),
 ) -> Iterator[str]:
     """A real vmalert (VictoriaMetrics 1.79) evaluating ``rules`` against ``datasource``.
 
     It listens on a loopback port held by :func:`reserved_port` (vmalert logs the
     address it was given, not the one it got), sends its alerts to ``notifier``
     (an Alertmanager-compatible URL) and is stopped at the end. Yields its URL.
+    ``args`` are more flags (``-datasource.bearerTokenFile=...``, ``-datasource.tlsCAFile=...``).
     """
     binary = VICTORIA_TOOLS / "vmalert"
     if not binary.exists():
@@ -278,6 +284,7 @@ def real_vmalert(
                 f"-notifier.url={notifier}",
                 f"-httpListenAddr=127.0.0.1:{port}",
                 f"-evaluationInterval={interval}",
+                *args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
