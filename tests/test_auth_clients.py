@@ -333,47 +333,7 @@ async def promtool(*args: str, env: dict[str, str] | None = None) -> tuple[int, 
     return process.returncode, output.decode(errors="replace")
 
 
-async def promtool_has_http_config() -> bool:
-    """Whether ``promtool query instant`` takes ``--http.config.file`` (2.42's does not)."""
-    _, output = await promtool("query", "instant", "--help")
-    return "--http.config.file" in output
-
-
 QUERY = "sum by (namespace) (hami_vgpu_memory_used_bytes)"
-
-
-async def test_promtool_with_an_http_config_file(secured: Secured, tmp_path: Path) -> None:
-    if not await promtool_has_http_config():
-        pytest.skip(
-            "this promtool's query commands have no --http.config.file (2.42's has none; later ones do)"
-        )
-
-    def http_config(token: Path | None) -> Path:
-        config: JSON = {"tls_config": {"ca_file": str(secured.pki.ca)}}
-        if token is not None:
-            config["authorization"] = {"credentials_file": str(token)}
-        path = tmp_path / f"http-{token.stem if token else 'none'}.yml"
-        path.write_text(yaml.safe_dump(config))
-        return path
-
-    server = f"{secured.url}/prometheus"
-    status, output = await promtool(
-        "query", "instant", f"--http.config.file={http_config(secured.reader)}", server, QUERY
-    )
-    assert status == 0, output
-    assert 'namespace="team-a"' in output
-    assert 'namespace="team-b"' in output
-    status, output = await promtool(
-        "query", "instant", f"--http.config.file={http_config(secured.tenant)}", server, QUERY
-    )
-    assert status == 0, output
-    assert 'namespace="team-a"' in output
-    assert "team-b" not in output
-    status, output = await promtool(
-        "query", "instant", f"--http.config.file={http_config(None)}", server, QUERY
-    )
-    assert status != 0, output
-    assert "401" in output or "unauthorized" in output.lower(), output
 
 
 def trusting(ca: Path) -> dict[str, str]:
