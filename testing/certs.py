@@ -39,3 +39,33 @@ class PKI:
             "-set_serial", str(serial), "-days", "1", "-out", str(cert), "-extfile", str(ext),
         )  # fmt: skip
         return cert, key
+
+    def expired_leaf(self, name: str, serial: int, san: str = "DNS:localhost") -> tuple[Path, Path]:
+        """A certificate signed by the CA that was valid for one day in 2020 only.
+
+        ``openssl x509`` cannot date a certificate in the past, so ``openssl ca``
+        signs it, with the least configuration it needs.
+        """
+        key, csr = self.folder / f"{name}.key", self.folder / f"{name}.csr"
+        cert, conf = self.folder / f"{name}.crt", self.folder / f"{name}.cnf"
+        db, serial_file = self.folder / f"{name}.index", self.folder / f"{name}.serial"
+        db.write_text("")
+        serial_file.write_text(f"{serial:02x}\n")
+        conf.write_text(
+            "[ca]\ndefault_ca = ca\n[ca]\n"
+            f"database = {db}\nserial = {serial_file}\nnew_certs_dir = {self.folder}\n"
+            "default_md = sha256\npolicy = any\ncopy_extensions = none\n"
+            "unique_subject = no\nx509_extensions = leaf\n"
+            "[any]\ncommonName = supplied\n"
+            f"[leaf]\nsubjectAltName = {san}\nbasicConstraints = CA:FALSE\n"
+        )
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}",
+        )  # fmt: skip
+        _openssl(
+            "ca", "-batch", "-config", str(conf), "-in", str(csr), "-out", str(cert),
+            "-cert", str(self.ca), "-keyfile", str(self.ca_key), "-notext",
+            "-startdate", "20200101000000Z", "-enddate", "20200102000000Z",
+        )  # fmt: skip
+        return cert, key

@@ -165,6 +165,25 @@ async def test_client_certificate_required(pki: PKI, client_pki: PKI, tmp_path: 
             assert await get(s, url + "/healthz") == 200
 
 
+async def test_an_expired_client_certificate_is_refused(
+    pki: PKI, client_pki: PKI, tmp_path: Path
+) -> None:
+    path = web_config_file(
+        tmp_path,
+        pki,
+        client_auth_type="RequireAndVerifyClientCert",
+        client_ca_file=str(client_pki.ca),
+    )
+    expired = client_pki.expired_leaf("client-expired", 10, "DNS:good.client")
+    good = client_pki.leaf("client-good", 7, "DNS:good.client")
+    async with collector(load(path)) as url:
+        async with session(client_context(pki, expired)) as s:
+            with pytest.raises(aiohttp.ClientError):
+                await get(s, url + "/metrics")
+        async with session(client_context(pki, good)) as s:
+            assert await get(s, url + "/metrics") == 200
+
+
 async def test_client_allowed_sans(pki: PKI, client_pki: PKI, tmp_path: Path) -> None:
     path = web_config_file(
         tmp_path,
@@ -315,6 +334,10 @@ async def test_certificate_rotation(pki: PKI, tmp_path: Path) -> None:
             await eventually(tried, what="the broken certificate to be tried")
             assert config.tls.reloads == 1
             assert await kept.status("/healthz") == 200
+            async with session(ctx) as s, s.get(url + "/metrics") as resp:
+                page = await resp.text()
+            assert "hami_usage_collector_tls_reloads_total 1.0" in page
+            assert "hami_usage_collector_tls_reload_errors_total 1.0" in page
         finally:
             await kept.close()
 
