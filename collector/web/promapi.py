@@ -17,13 +17,18 @@ its namespaces' series, as behind prom-label-proxy: every selector of its
 queries and every ``match[]`` of its series, labels and label values reads gets
 ``namespace=~"<its namespaces>"`` added (:func:`~collector.promql.plan.restrict`),
 before any data is read; metadata lists only the families it has series of.
+
+The endpoints that carry no series (exemplars, rules, alerts, format_query)
+are in :mod:`collector.web.grafana`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
+import platform
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +54,9 @@ from collector.web.access import Access, access_of
 from collector.web.promjson import matrix_body
 
 PREFIX = "/prometheus/api/v1"
+PROMETHEUS_VERSION = "2.42.0"
+"""The Prometheus whose HTTP API this one matches: ``status/buildinfo``'s ``version``."""
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _STATUS = {
     "bad_data": 400,
     "execution": 422,
@@ -158,6 +166,9 @@ class PrometheusAPI:
         out.append(web.get(PREFIX + "/label/{name}/values", _enveloped(self.label_values)))
         out.append(web.get(PREFIX + "/metadata", _enveloped(self.metadata)))
         out.append(web.get(PREFIX + "/status/buildinfo", _enveloped(self.buildinfo)))
+        from collector.web import grafana  # it builds on this module's envelope
+
+        out.extend(grafana.routes())
         return out
 
     async def query(self, params: _Params) -> Any:
@@ -305,25 +316,33 @@ class PrometheusAPI:
         return _limited(list(found.values()), params)
 
     async def labels(self, params: _Params) -> Any:
-        """Label names of the matching series (all of them without ``match[]``)."""
+        """Label names of the matching series (all of them without ``match[]``); 2.42 has no
+        ``limit`` here, so one is ignored, as 2.42 ignores it."""
         start, end = self._window(params)
         names: set[str] = set()
         for matchers in _restricted(_selectors(params.all("match[]")), access_of(params.request)):
             names |= self._history.label_names(matchers, start, end)
-        return _limited(sorted(names), params)
+        return sorted(names)
 
     async def label_values(self, params: _Params) -> Any:
-        """Values of one label among the matching series."""
+        """Values of one label among the matching series (``limit`` ignored, as by 2.42)."""
         name = params.request.match_info["name"]
+        if not _LABEL_NAME.fullmatch(name):
+            raise QueryError("bad_data", f"invalid label name: {json.dumps(name)}")
         start, end = self._window(params)
         values: set[str] = set()
         for matchers in _restricted(_selectors(params.all("match[]")), access_of(params.request)):
             values |= self._history.label_values(name, matchers, start, end)
-        return _limited(sorted(values), params)
+        return sorted(values)
 
     async def metadata(self, params: _Params) -> Any:
         """Type and HELP of every family the collector serves (``metric`` narrows it);
-        a tenant's, only of the families it has series of in the window."""
+        a tenant's, only of the families it has series of in the window.
+
+        ``limit`` as 2.42 reads it: at most that many families, none for 0, all for a
+        negative one, ``bad_data`` if not an integer. ``limit_per_metric`` (newer
+        Prometheus; 2.42 ignores it) changes nothing: each family has one entry.
+        """
         visible = self._visible_names(access_of(params.request), params)
         families = dict(schema.FAMILIES)
         for node in self._store.nodes():
@@ -340,8 +359,9 @@ class PrometheusAPI:
             if (wanted is None or name == wanted)
             and (visible is None or any(name + end in visible for end in _SUFFIXES))
         }
-        if params.has("limit"):
-            out = dict(list(out.items())[: _positive(params.one("limit"), "limit")])
+        limit = _metadata_limit(params)
+        if limit >= 0:
+            out = dict(list(out.items())[:limit])
         return out
 
     def _visible_names(self, access: Access, params: _Params) -> set[str] | None:
@@ -353,14 +373,21 @@ class PrometheusAPI:
         return self._history.label_values("__name__", [matcher], start, end)
 
     async def buildinfo(self, params: _Params) -> Any:
-        """Build information; no ``features``, so Grafana treats us as plain Prometheus."""
+        """Build information: ``version`` is :data:`PROMETHEUS_VERSION`, the Prometheus whose
+        API this one matches (Grafana switches features on by it), the collector's own is
+        ``hamiUsageCollectorVersion``. No ``features`` and no ``application``, so Grafana
+        takes us for plain Prometheus (no ruler API); no ``status/flags``, so not Thanos.
+        There is no Go build: ``revision``, ``branch``, ``buildDate`` and ``goVersion``
+        are empty, ``pythonVersion`` says what runs it."""
         return {
-            "version": __version__,
+            "version": PROMETHEUS_VERSION,
             "revision": "",
             "branch": "",
             "buildUser": "hami-usage-collector",
             "buildDate": "",
             "goVersion": "",
+            "hamiUsageCollectorVersion": __version__,
+            "pythonVersion": platform.python_version(),
         }
 
     def _window(self, params: _Params) -> tuple[float, float]:
@@ -483,6 +510,16 @@ def _positive(text: str, name: str) -> int:
     if value < 0:
         raise QueryError("bad_data", f'invalid parameter "{name}": must be a non-negative integer')
     return value
+
+
+def _metadata_limit(params: _Params) -> int:
+    """Metadata's ``limit`` as 2.42 parses it: -1 (none) when absent or empty."""
+    text = params.one("limit") if params.has("limit") else ""
+    if not text:
+        return -1
+    if not re.fullmatch(r"[+-]?[0-9]+", text):  # what Go's strconv.Atoi takes
+        raise QueryError("bad_data", "limit must be a number")
+    return int(text)
 
 
 def _limited(items: list[Any], params: _Params) -> list[Any]:
