@@ -254,7 +254,30 @@ def _push_seeds() -> list[bytes]:
         "regions": [region],
     }
     body = json.dumps(payload).encode()
-    return [b"\x00" + body, b"\x01" + body]
+    viewed = payload | {
+        "cards": [
+            card
+            | {
+                "energy": 10.0,
+                "idle_energy": 1.0,
+                "ecc_corrected": 2,
+                "ecc_uncorrected": 0,
+                "clock_events": 68,
+                "xid_errors": {"79": 1},
+                "mig": [{"uuid": "MIG-1", "gpu_instance_id": 1, "compute_instance_id": 0}],
+            }
+        ],
+        "processes": [
+            {"device": "GPU-1", "pod_uid": "u1", "container_id": "c1", "processes": 1,
+             "memory_used": 5, "utilization": 3.0, "energy": 2.0},
+            {"device": "MIG-1", "processes": 1, "memory_used": 7},
+        ],
+        "assignments": [
+            {"namespace": "n", "pod": "p", "container": "c", "resource": "nvidia.com/gpu",
+             "devices": ["GPU-1"]}
+        ],
+    }  # fmt: skip
+    return [b"\x00" + body, b"\x01" + body, b"\x00" + json.dumps(viewed).encode()]
 
 
 SEEDS: dict[str, Callable[[], list[bytes]]] = {
