@@ -6,8 +6,8 @@ and no alerts, each validated as 2.42 validates it (``web/api/v1/api.go`` at
 
 - ``query_exemplars`` (GET and POST): ``start``/``end`` parsed (bad: ``bad_data``),
   ``end`` before ``start`` refused, ``query`` parsed (bad: ``bad_data``, the parse
-  error alone); ``data`` is ``[]``, or absent for a query without a selector
-  (``1+1``), as 2.42 leaves it. Grafana sends ``query=test`` here on loading
+  error alone); ``data`` is ``[]``; a query without a selector (``1+1``) is
+  answered 204 with no body, as by 2.42. Grafana sends ``query=test`` here on loading
   the datasource: a success shows exemplar support, which then finds none.
 - ``rules`` (GET): ``{"groups": []}``; ``type`` is ``alert``, ``record`` or empty,
   any case, else ``bad_data``. Grafana reads recording rules from it on load.
@@ -88,7 +88,7 @@ async def query_exemplars(params: _Params) -> Any:
         raise QueryError("bad_data", "end timestamp must not be before start timestamp")
     query = params.one("query") if params.has("query") else ""
     if not _has_selector(_parse(query, None)):
-        return b'{"status":"success"}'  # 2.42's answer: no selector, no data key at all
+        return web.Response(status=204)  # 2.42's answer: no selector, no data, no body
     return []
 
 

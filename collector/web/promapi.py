@@ -444,6 +444,8 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
             return _error("internal", "internal error, see the collector's log")
         if isinstance(data, bytes):  # a whole body, written by the handler (a range query's)
             return web.Response(body=data, content_type="application/json")
+        if isinstance(data, web.Response):  # a whole answer (exemplars' 204, as 2.42's)
+            return data
         return web.json_response({"status": "success", "data": data})
 
     return handle
