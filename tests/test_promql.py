@@ -638,13 +638,15 @@ def test_bad_syntax_is_bad_data(db: MemoryStorage, query: str) -> None:
 @pytest.mark.parametrize(
     ("query", "feature"),
     [
-        ("histogram_quantile(0.9, mem)", "function histogram_quantile"),
-        ("histogram_count(mem)", "function histogram_count"),
-        ("sin(mem)", "function sin"),
+        ("histogram_count(mem)", "native histogram function histogram_count"),
+        ("histogram_sum(mem)", "native histogram function histogram_sum"),
+        ("histogram_fraction(0, 1, mem)", "native histogram function histogram_fraction"),
         ("mad_over_time(mem[5m])", "function mad_over_time"),
+        ("histogram_avg(mem)", "function histogram_avg"),
+        ("histogram_stddev(mem)", "function histogram_stddev"),
         ("mem @ -100", "@ modifier before 1970"),
         ("limitk(1, mem)", "aggregation limitk"),
-        ("mem atan2 cap", "operator atan2"),
+        ("limit_ratio(0.5, mem)", "aggregation limit_ratio"),
         ("mem + fill(0) cap", "fill modifiers"),
         ("sort_by_label(mem, 'pod')", "function sort_by_label"),
     ],
@@ -832,3 +834,58 @@ def test_a_series_with_a_gap_beside_unbroken_ones_finds_the_point_before_its_gap
     assert got["whole"] == [(t, t) for t in times]
     assert got["gap"] == [(t, -t if not 30 <= t <= 70 else -20.0) for t in times]
     assert got["late"] == [(t, 2 * t) for t in times if t >= 50]
+
+
+# --- histogram_quantile, trigonometry, atan2, pi ---
+
+
+def test_histogram_quantile_follows_the_buckets_present_at_each_step() -> None:
+    """Buckets come and go between steps: each step interpolates in the ones it has."""
+    db = MemoryStorage(spread=True)
+    times = [0.0, 60.0, 120.0]
+    for le, count in [("1", 2.0), ("2", 6.0), ("+Inf", 8.0)]:
+        db.add({"__name__": "h_bucket", "job": "a", "le": le}, [(t, count) for t in times])
+    db.add({"__name__": "h_bucket", "job": "a", "le": "1.5"}, [(60.0, 4.0)])
+    db.add({"__name__": "h_bucket", "job": "b", "le": "0x1p1"}, [(t, 1.0) for t in times])
+    db.add({"__name__": "h_bucket", "job": "b", "le": "+inf"}, [(t, 1.0) for t in times])
+    db.add({"__name__": "h_bucket", "job": "c", "le": "1_0"}, [(t, 1.0) for t in times])
+    got = {
+        s.labels["job"]: s.points
+        for s in range_query("histogram_quantile(0.5, h_bucket)", 0, 120, 60, db, lookback=30)
+    }
+    # a: rank 4 lies in (1, 2] at 0 and 120 s, exactly at the 1.5 bucket at 60 s
+    assert got["a"] == [(0.0, 1.5), (60.0, 1.5), (120.0, 1.5)]
+    assert got["b"] == [(0.0, 1.0), (60.0, 1.0), (120.0, 1.0)]  # Go reads 0x1p1 and +inf
+    assert "c" not in got  # "1_0" is no number to Go: skipped, so no group
+    at_60 = instant_query("histogram_quantile(0.75, h_bucket)", 60, db, lookback=30)
+    assert isinstance(at_60, list)
+    # a: rank 6 in (1.5, 2] (4 to 6 observations); b: rank 0.75 of 1 in (0, 2]
+    assert sorted((e.labels["job"], e.value) for e in at_60 if isinstance(e, Element)) == [
+        ("a", 2.0),
+        ("b", 1.5),
+    ]
+
+
+def test_go_float_parsing_of_bucket_bounds() -> None:
+    from collector.promql.histogram import parse_go_float
+
+    assert parse_go_float("+Inf") == math.inf
+    assert parse_go_float("-Infinity") == -math.inf
+    assert parse_go_float("1e3") == 1000.0
+    assert parse_go_float(".5") == 0.5
+    assert parse_go_float("0x1p-2") == 0.25
+    assert math.isnan(parse_go_float("NaN") or 0.0)
+    for bad in ["", " 1", "1_000", "0x10", "1e400", "abc", "1.2.3"]:
+        assert parse_go_float(bad) is None, bad
+
+
+def test_trigonometry_atan2_and_pi(db: MemoryStorage) -> None:
+    assert scalar("pi()", db) == math.pi
+    assert vec("deg(vector(pi()))", db) == {L(): 180.0}
+    assert vec('sin(mem{pod="p1"})', db) == {L(node="n1", pod="p1"): math.sin(10)}
+    assert vec('acos(mem{pod="p1"})', db) == {
+        L(node="n1", pod="p1"): pytest.approx(math.nan, nan_ok=True)
+    }
+    # atan2 keeps the metric name, unlike the other arithmetic operators
+    assert vec('mem{pod="p1"} atan2 10', db) == {M("mem", node="n1", pod="p1"): math.pi / 4}
+    assert scalar("1 atan2 1", db) == math.pi / 4

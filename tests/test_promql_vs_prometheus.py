@@ -52,6 +52,7 @@ UTIL = "hami_container_device_utilization_ratio"
 HOST_USED = "hami_host_gpu_memory_used_bytes"
 HOST_LIMIT = "hami_gpu_memory_limit_bytes"
 LAUNCHES = "hami_vgpu_kernel_launches_total"
+HIST = "hami_kernel_duration_seconds_bucket"
 
 # (query, ordered): ordered results are compared in order (sort, topk, ...).
 QUERIES: list[tuple[str, bool]] = [
@@ -179,6 +180,133 @@ QUERIES: list[tuple[str, bool]] = [
     ),
     (f"day_of_month(timestamp({UTIL}))", False),
     (f"timestamp(sum({USED}))", False),
+    # --- every function, aggregation and operator of 2.42: the ones added last ---
+    # trigonometry, deg, rad, pi (out of the domain: NaN and infinities, as Go)
+    (f"sin({UTIL}) + cos({UTIL}) * tan({UTIL})", False),
+    (f"asin({UTIL}) - acos({UTIL}) + atan({UTIL} * 10)", False),
+    (f"sinh({UTIL} * 3) + cosh({UTIL}) - tanh({UTIL} - 0.5)", False),
+    (f"asinh({UTIL} - 0.5) + acosh({UTIL} + 1) + atanh({UTIL} - 0.5)", False),
+    (f"acos({UTIL} * 2) + asin({UTIL} - 2) + acosh({UTIL})", False),
+    (f"atanh({UTIL} * 0 + 1) + atanh(-{UTIL} * 0 - 1)", False),
+    (f"cos({USED}) + sin({LIMIT}) + tan({USED} / 1e6)", False),
+    (f"deg({UTIL}) + rad({UTIL} * 100)", False),
+    ("deg(vector(pi())) + rad(vector(180))", False),
+    ("pi()", False),
+    ("pi() * 2 - time() / 1e9", False),
+    ("sin(vector(pi()))", False),
+    # atan2: a binary operator that keeps the metric name
+    (f"{UTIL} atan2 0.5", False),
+    (f"0.5 atan2 {UTIL}", False),
+    (f"{USED} atan2 {LIMIT}", False),
+    (f"{USED} atan2 on (node, namespace, pod, device_uuid) {LIMIT}", False),
+    (f"{USED} atan2 on (node, device_uuid) group_left {HOST_USED}", False),
+    ("1 atan2 2", False),
+    (f"sum({UTIL}) atan2 count({UTIL})", False),
+    # histogram_quantile over classic buckets: coalesced bounds, non-monotonic
+    # counts, a bad le, no +Inf bucket, bounds at or below 0, a bucket that ends
+    (f"histogram_quantile(0.9, {HIST})", False),
+    (f"histogram_quantile(0.5, {HIST})", False),
+    (f"histogram_quantile(0.01, {HIST}) + histogram_quantile(0.99, {HIST})", False),
+    (f"histogram_quantile(0, {HIST}) - histogram_quantile(1, {HIST})", False),
+    (f"histogram_quantile(-0.5, {HIST})", False),
+    (f"histogram_quantile(1.5, {HIST})", False),
+    (f"histogram_quantile(NaN, {HIST})", False),
+    (f"histogram_quantile(0.75, rate({HIST}[5m]))", False),
+    (f"histogram_quantile(0.9, sum by (le) (rate({HIST}[5m])))", False),
+    (f"histogram_quantile(0.5, sum without (job) (increase({HIST}[10m] offset 5m)))", False),
+    (f'histogram_quantile(0.95, rate({HIST}{{job=~"api|db"}}[5m] @ end()))', False),
+    (f"histogram_quantile(scalar(min({UTIL})), {HIST})", False),
+    (f"max_over_time(histogram_quantile(0.9, rate({HIST}[2m]))[10m:1m])", False),
+    (f"histogram_quantile(0.5, {UTIL})", False),
+    # two names' buckets of one job: "vector cannot contain metrics with the same labelset"
+    (
+        f'histogram_quantile(0.5, label_replace({HIST}, "__name__", "x", "le", "0.1|\\\\+Inf"))',
+        False,
+    ),
+    # one job's buckets relabelled onto another's: label_replace's own same-labelset error
+    (f'histogram_quantile(0.5, label_replace({HIST}, "job", "api", "job", "db"))', False),
+    # set operators with on / ignoring, and group_left / group_right with labels
+    (f"{USED} and ignoring (namespace, pod) {HOST_USED}", False),
+    (f"{USED} unless ignoring (namespace, pod) {HOST_LIMIT}", False),
+    (f"{HOST_USED} or on (node) {USED}", False),
+    (f"{LIMIT} or ignoring (pod) {USED}", False),
+    (f"{USED} and on () vector(1)", False),
+    (f"{UTIL} > 0.3 and {UTIL} < 0.7 or {UTIL} > 0.95", False),
+    (f"{LIMIT} / ignoring (namespace, pod) group_left {HOST_LIMIT}", False),
+    (f"{HOST_LIMIT} - ignoring (namespace, pod) group_right (node) {USED}", False),
+    (f"{USED} * on (node, device_uuid) group_left (nothing) {HOST_USED}", False),
+    (f"{HOST_USED} + on (node, device_uuid) group_right (node) {USED}", False),
+    (f"{USED} < bool ignoring (namespace, pod) group_left {HOST_USED}", False),
+    # @ and offset inside functions and aggregations
+    (f"rate({LAUNCHES}[5m] @ end())", False),
+    (f"avg_over_time({UTIL}[5m] @ start() offset -5m)", False),
+    (f'label_replace({USED} @ start(), "n", "$1", "node", "node-(.)")', False),
+    (f"abs({USED} offset 1m) - {USED}", False),
+    (f"sum by (node) ({USED} @ {BASE + 1200} offset 2m)", False),
+    (f"topk(2, {UTIL} @ end())", True),
+    (f"clamp_max({UTIL} offset 30s, 0.5)", False),
+    (f"deriv({USED}[5m] @ start())", False),
+    # scalar and vector
+    ("scalar(vector(3))", False),
+    (f"scalar({UTIL})", False),
+    (f"vector(scalar(sum({USED})))", False),
+    ("vector(1) + vector(2)", False),
+    (f'scalar(count({USED}{{node="node-c"}})) * 10', False),
+    # date functions with and without arguments
+    ("hour(vector(1700000000)) + minute(vector(1700000123))", False),
+    ("day_of_week(vector(time())) + month(vector(time())) + year(vector(time() * 10))", False),
+    (f"minute(timestamp({UTIL})) + hour(timestamp({UTIL}))", False),
+    ("days_in_month(vector(951782400))", False),
+    ("month() * 100 + day_of_month()", False),
+    # quantile_over_time past 0 and 1, and over a subquery
+    (f"quantile_over_time(1.5, {UTIL}[5m])", False),
+    (f"quantile_over_time(-1, {UTIL}[5m])", False),
+    (f"quantile_over_time(0, {USED}[5m]) - quantile_over_time(1, {USED}[5m])", False),
+    (f"quantile_over_time(0.5, rate({LAUNCHES}[2m])[10m:1m])", False),
+    # aggregations: every one, with by / without
+    (f"max without (pod) ({UTIL})", False),
+    (f"min without (device_uuid, pod) ({USED})", False),
+    (f"avg({LIMIT}) + stdvar({LIMIT}) + stddev({LIMIT})", False),
+    (f"quantile(2, {UTIL}) + quantile(-1, {UTIL})", False),
+    (f"quantile by (namespace) (0, {UTIL})", False),
+    (f"group by (node) ({UTIL}) + group without (pod, namespace, device_uuid) ({UTIL})", False),
+    (f"count by (node) ({UTIL} > 0.5)", False),
+    (f'count_values by (node) ("limit", {LIMIT})', False),
+    (f'count_values("node", {LIMIT})', False),
+    (f"topk(0, {UTIL})", False),
+    (f"bottomk by (namespace) (1, {USED})", True),
+    (f"topk(scalar(count({USED})) / 3, {USED})", True),
+    (f"sum(sum by (node) ({USED}))", False),
+    # label_join edge cases: onto an existing label, no sources, onto the name
+    (f'label_join({USED}, "node", "-", "node", "pod")', False),
+    (f'label_join({USED}, "extra")', False),
+    (f'label_join({USED}, "pod", "", "missing")', False),
+    (f'label_join({HOST_USED}, "__name__", "_", "node")', False),
+    # sort, sort_desc, absent
+    (f"sort(-{UTIL})", True),
+    (f"sort_desc(sum by (node) ({USED}))", True),
+    (f"sort(ln({UTIL} - 0.5))", True),
+    ('absent(sum(nope{job="x"}))', False),
+    (f'absent({USED}{{node="node-a", node="node-b"}})', False),
+    (f"absent(rate({LAUNCHES}[5m]))", False),
+    # invalid queries: the same errorType as Prometheus
+    ("sin()", False),
+    (f"histogram_quantile({HIST})", False),
+    (f"histogram_quantile(0.5, {HIST}[5m])", False),
+    (f"{USED} atan2 bool 2", False),
+    (f"rate({USED})", False),
+    ("sum(", False),
+    ('topk("a", hami_x)', False),
+    (f'label_join({USED}, "x", 1, "y")', False),
+    (f'label_join({USED}, "1bad", ",", "pod")', False),
+    (f'label_replace({USED}, "a", "$1", "node", "(")', False),
+    ("{}", False),
+    ("pi(1)", False),
+    (f"deg({USED}[1m])", False),
+    (f"{USED} and 1", False),
+    (f"count_values(1, {USED})", False),
+    (f'count_values("a-b", {USED})', False),
+    (f"quantile_over_time({UTIL}[5m])", False),
 ]
 
 
@@ -240,6 +368,40 @@ def dataset() -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
             )
             if uuid != "GPU-b1":
                 out.append(({"__name__": HOST_LIMIT, **host}, [(t, 48.0 * 2**30) for t in times]))
+    out.extend(histograms(rng, times))
+    return out
+
+
+def histograms(
+    rng: random.Random, times: list[float]
+) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """Classic histogram buckets (cumulative counters by ``le``) in every shape
+    ``histogram_quantile`` treats apart: a plain one whose 0.5 bucket ends early,
+    one with two spellings of one bound (summed), a bad ``le`` (skipped) and
+    counts that fall with the bound (made monotonic), one without a +Inf bucket
+    (NaN), and one with bounds at and below zero that is empty at first."""
+    shapes = {
+        "api": ["0.1", "0.5", "1", "2.5", "+Inf"],
+        "db": ["0.1", "0.5", "1", "1.0", "abc", "+Inf"],
+        "batch": ["0.5", "1"],
+        "edge": ["-1", "0", "0.25", "+Inf"],
+    }
+    out: list[tuple[dict[str, str], list[tuple[float, float]]]] = []
+    for job, bounds in shapes.items():
+        totals = [0.0] * len(bounds)
+        points: list[list[tuple[float, float]]] = [[] for _ in bounds]
+        for i, t in enumerate(times):
+            step = [0 if job == "edge" and i < 20 else rng.randint(0, 6) for _ in bounds]
+            running = 0.0
+            for b, more in enumerate(step):
+                running += more
+                totals[b] += running if job != "db" or bounds[b] != "1.0" else more
+                points[b].append((t, totals[b]))
+        for b, le in enumerate(bounds):
+            series = points[b]
+            if job == "api" and le == "0.5":
+                series = [(t, v) for t, v in series if t <= BASE + 1200]
+            out.append(({"__name__": HIST, "job": job, "le": le}, series))
     return out
 
 
@@ -441,4 +603,4 @@ def test_the_dataset_is_meaningful(prometheus: tuple[str, list[MemoryStorage]]) 
         envelope = api(url, "query", query=query, time=str(BASE + 900))
         if envelope["status"] == "success" and not envelope["data"]["result"]:
             empty += 1
-    assert empty <= 5  # the absent() queries that should be empty, and errors
+    assert empty <= 9  # the absent() queries that should be empty, topk(0, ...), and errors

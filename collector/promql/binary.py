@@ -22,7 +22,7 @@ from .arrays import (
     first_overlap,
     merge_rows,
 )
-from .plan import ARITHMETIC, COMPARISON, BinaryNode
+from .plan import COMPARISON, DROPS_NAME, BinaryNode
 from .values import METRIC_NAME, Labels, QueryError, drop_name, grouping_labels, labels_str
 
 
@@ -38,6 +38,8 @@ def arithmetic(op: str, a: FloatArray, b: FloatArray) -> FloatArray:
         return a / b
     if op == "%":
         return np.fmod(a, b)
+    if op == "atan2":
+        return np.arctan2(a, b)
     return np.power(a, b)
 
 
@@ -75,6 +77,8 @@ def vector_scalar(node: BinaryNode, vec: Vec, scalar: FloatArray, swap: bool) ->
         if node.return_bool:
             return _unique(vec.unnamed(keep.astype(np.float64)), None)
         return vec.with_values(vec.values, vec.present & keep)
+    if op not in DROPS_NAME:  # atan2 keeps the name
+        return vec.with_values(arithmetic(op, a, b))
     return _unique(vec.unnamed(arithmetic(op, a, b)), None)
 
 
@@ -86,7 +90,7 @@ def signature(node: BinaryNode, labels: Labels) -> Labels:
 def result_labels(node: BinaryNode, many: Labels, one: Labels) -> Labels:
     """Prometheus' ``resultMetric``: the output labels of a matched pair (``one`` = "one" side)."""
     result = dict(many)
-    if node.op in ARITHMETIC:
+    if node.op in DROPS_NAME:
         result.pop(METRIC_NAME, None)
     if node.card == "one-to-one":
         if node.on:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import aggregate as agg
-from . import binary, instant, lookup
+from . import binary, histogram, instant, lookup
 from .arrays import Block, FloatArray, IntArray, Vec, unique_overall, unique_per_step
 from .limits import Limits
 from .plan import (
@@ -64,6 +64,8 @@ class Evaluator:
         if isinstance(node, CallNode):
             if node.name == "time":
                 return at / 1000
+            if node.name == "pi":
+                return np.full(at.shape, np.pi)
             if node.name == "scalar":
                 vec = self.vector(node.args[0], at)
                 if not vec.labels:
@@ -127,6 +129,9 @@ class Evaluator:
         if name in DATE_FUNCTIONS and not node.args:
             values = instant.date_function(name, at / 1000)
             return Vec([()], values[None, :], np.ones((1, at.size), dtype=bool))
+        if name == "histogram_quantile":
+            quantile = self.scalar(node.args[0], at)
+            return unique_per_step(histogram.quantile(quantile, self.vector(node.args[1], at)))
         arg = node.args[0]
         if name == "timestamp" and isinstance(arg, SelectorNode):
             # On a plain selector, the sample's own time (not the evaluation time).

@@ -83,6 +83,16 @@ def _sgn(values: FloatArray) -> FloatArray:
     return signs
 
 
+def _deg(values: FloatArray) -> FloatArray:
+    degrees: FloatArray = values * 180 / math.pi  # Go's order of operations
+    return degrees
+
+
+def _rad(values: FloatArray) -> FloatArray:
+    radians: FloatArray = values * math.pi / 180
+    return radians
+
+
 MATH_FUNCTIONS: Mapping[str, Callable[[FloatArray], FloatArray]] = MappingProxyType(
     {
         "abs": np.abs,
@@ -94,6 +104,20 @@ MATH_FUNCTIONS: Mapping[str, Callable[[FloatArray], FloatArray]] = MappingProxyT
         "log10": np.log10,
         "sqrt": np.sqrt,
         "sgn": _sgn,
+        "acos": np.arccos,
+        "acosh": np.arccosh,
+        "asin": np.arcsin,
+        "asinh": np.arcsinh,
+        "atan": np.arctan,
+        "atanh": np.arctanh,
+        "cos": np.cos,
+        "cosh": np.cosh,
+        "sin": np.sin,
+        "sinh": np.sinh,
+        "tan": np.tan,
+        "tanh": np.tanh,
+        "deg": _deg,
+        "rad": _rad,
     }
 )
 """PromQL's one-argument math functions by name; numpy's agree with Go's on every special value."""

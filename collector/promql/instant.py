@@ -16,6 +16,9 @@ from .floats import MATH_FUNCTIONS, go_max, go_min, nan_last_order, round_to
 from .plan import DATE_FUNCTIONS, MatrixNode, Node, SelectorNode
 from .values import METRIC_NAME, Labels
 
+_GO_INSERTION_SORT = 12
+"""The most elements Go's ``sort.Sort`` (pdqsort) orders by plain insertion sort."""
+
 _DATE_LIMIT = 1e17
 """Seconds past which a date is not computed (NaN): far beyond any year numpy can name."""
 
@@ -59,6 +62,12 @@ def _sorted(vec: Vec, descending: bool) -> Vec:
     vec = vec.ordered()
     keyed = np.where(vec.present[:, 0], vec.values[:, 0], np.nan)
     order = nan_last_order(keyed, descending)
+    if len(order) <= _GO_INSERTION_SORT:
+        # Go sorts so few by insertion, where each NaN moves before the NaNs already
+        # sorted: they come out last, in reverse order.
+        nans = int(np.isnan(keyed).sum())
+        if nans > 1:
+            order = np.concatenate([order[:-nans], order[-nans:][::-1]])
     return vec.take(order)
 
 

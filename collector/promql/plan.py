@@ -27,7 +27,11 @@ AGGREGATIONS = frozenset(
     | {"topk", "bottomk", "quantile", "count_values"}
 )
 
-MATH_FUNCTIONS = frozenset({"abs", "ceil", "floor", "exp", "ln", "log2", "log10", "sqrt", "sgn"})
+MATH_FUNCTIONS = frozenset(
+    {"abs", "ceil", "floor", "exp", "ln", "log2", "log10", "sqrt", "sgn"}
+    | {"acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh"}
+    | {"tan", "tanh", "deg", "rad"}
+)
 DATE_FUNCTIONS = frozenset(
     {"day_of_month", "day_of_week", "day_of_year", "days_in_month"}
     | {"hour", "minute", "month", "year"}
@@ -47,6 +51,7 @@ VECTOR_FUNCTIONS = (
         "sort",
         "sort_desc",
         "absent",
+        "histogram_quantile",
     }
 )
 RANGE_FUNCTIONS = frozenset(
@@ -56,9 +61,13 @@ RANGE_FUNCTIONS = frozenset(
     | {"last_over_time", "quantile_over_time", "stddev_over_time", "stdvar_over_time"}
     | {"present_over_time", "absent_over_time"}
 )
-SCALAR_FUNCTIONS = frozenset({"time", "scalar"})
+SCALAR_FUNCTIONS = frozenset({"time", "scalar", "pi"})
+NATIVE_HISTOGRAM_FUNCTIONS = frozenset({"histogram_count", "histogram_sum", "histogram_fraction"})
+"""Prometheus 2.42's functions of native histograms, which this storage never holds: refused."""
 
-ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^"})
+ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^", "atan2"})
+DROPS_NAME = ARITHMETIC - {"atan2"}
+"""The operators whose result loses the metric name (Prometheus' ``shouldDropMetricName``)."""
 COMPARISON = frozenset({"==", "!=", ">", "<", ">=", "<="})
 SET_OPERATORS = frozenset({"and", "or", "unless"})
 
@@ -386,6 +395,8 @@ class _Converter:
             value_type: ValueType = "scalar"
         elif name in VECTOR_FUNCTIONS or name in RANGE_FUNCTIONS:
             value_type = "vector"
+        elif name in NATIVE_HISTOGRAM_FUNCTIONS:
+            raise unsupported(f"native histogram function {name}")
         else:
             raise unsupported(f"function {name}")
         args = [self.convert(a) for a in expr.args]
