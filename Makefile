@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 PROMETHEUS := .tools/prometheus/usr/bin/prometheus
 HELM := .tools/helm/helm
 VICTORIA := .tools/victoria-metrics/usr/bin/victoria-metrics
+ALERTMANAGER := .tools/alertmanager/usr/bin/prometheus-alertmanager
 CHROMIUM := .tools/chromium/run
 CHART := charts/hami-usage-collector
 CHART_OUT := build/chart
@@ -54,7 +55,7 @@ SOAK_MINUTES ?= 60
 soak: $(STAMP)
 	$(BIN)/python -m bench soak --minutes $(SOAK_MINUTES)
 
-tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM)
+tools: $(PROMETHEUS) $(HELM) $(VICTORIA) $(CHROMIUM) $(ALERTMANAGER)
 
 # A real Prometheus and promtool for the end-to-end tests: Debian's package,
 # unpacked into the project, never installed or started as a service.
@@ -65,6 +66,13 @@ $(PROMETHEUS):
 # a real remote-write receiver, a scraper to compare with, a rule evaluator.
 $(VICTORIA):
 	scripts/fetch-victoria-metrics .tools
+
+# Alertmanager 0.25 and amtool (Debian's prometheus-alertmanager), unpacked the same
+# way: tests/test_alertmanager.py routes vmalert's alerts through it to webhooks.
+$(ALERTMANAGER):
+	scripts/fetch-alertmanager .tools
+
+test: $(ALERTMANAGER)
 
 # Debian's chromium, headless, for the status page's browser test: the package and
 # the libraries it needs that the machine lacks, unpacked with a wrapper that
