@@ -289,6 +289,14 @@ QUERIES: list[tuple[str, bool]] = [
     ('absent(sum(nope{job="x"}))', False),
     (f'absent({USED}{{node="node-a", node="node-b"}})', False),
     (f"absent(rate({LAUNCHES}[5m]))", False),
+    # literals, unary operators, bool between scalars
+    (f"+{USED} - -{USED}", False),
+    ("1 > bool 2", False),
+    ("2 >= bool 2 + 0x10 - 1e1", False),
+    ("Inf - -Inf + NaN", False),
+    (f"{UTIL} == bool {UTIL}", False),
+    (f"{USED} == {USED} offset 1m", False),
+    (f"{UTIL} != 0.5 unless {UTIL} <= 0.2", False),
     # invalid queries: the same errorType as Prometheus
     ("sin()", False),
     (f"histogram_quantile({HIST})", False),
