@@ -270,11 +270,6 @@ async def test_keda_prometheus_scaler_gets_exactly_one_sample(
         raise AssertionError((level, per_pod))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="collector answers 400 to an empty timeout= (Prometheus ignores it); "
-    "prometheus-adapter sends one whenever its request has a deadline",
-)
 async def test_prometheus_adapter_empty_timeout_is_ignored(
     demo: tuple[str, aiohttp.ClientSession, list[Doc]], rules: dict[str, Doc]
 ) -> None:

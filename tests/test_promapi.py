@@ -99,21 +99,21 @@ async def test_grafana_save_and_test(api: Api) -> None:
     assert answer["data"]["result"] == [4.0, "2"]
     status, info = await api.get("status/buildinfo")
     assert status == 200
-    assert set(info["data"]) == {
+    assert {
         "version",
         "revision",
         "branch",
         "buildUser",
         "buildDate",
         "goVersion",
-    }
+    } <= set(info["data"])
 
 
 async def test_errors_use_the_envelope_and_status_codes(api: Api) -> None:
     cases = [
         (("query",), {"query": "sum(("}, 400, "bad_data"),
         (("query",), {}, 400, "bad_data"),
-        (("query",), {"query": "histogram_quantile(0.9, x)"}, 422, "execution"),
+        (("query",), {"query": "histogram_count(x)"}, 422, "execution"),  # native histograms
         (("query",), {"query": "holt_winters(x[5m], 2, 0.5)", "time": "1"}, 200, None),
         (
             ("query_range",),
@@ -147,8 +147,10 @@ async def test_errors_use_the_envelope_and_status_codes(api: Api) -> None:
             params,
         )
         assert answer["error"]
-    got, answer = await api.get("query", query="histogram_quantile(0.9, x)")
-    assert answer["error"] == "unsupported: function histogram_quantile", "features are named"
+    got, answer = await api.get("query", query="histogram_count(x)")
+    assert answer["error"] == "unsupported: native histogram function histogram_count", (
+        "features are named"
+    )
 
 
 async def test_query_range_and_duration_steps(api: Api) -> None:

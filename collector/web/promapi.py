@@ -220,8 +220,10 @@ class PrometheusAPI:
         )
 
     def _query_timeout(self, params: _Params) -> float:
-        """The configured timeout, lowered by the request's ``timeout`` parameter."""
-        if not params.has("timeout"):
+        """The configured timeout, lowered by the request's ``timeout`` parameter; an empty
+        one is absent, as Prometheus takes it (prometheus-adapter sends ``timeout=`` whenever
+        its own deadline has passed: Go prints a negative duration as "")."""
+        if not params.has("timeout") or not params.one("timeout"):
             return self._timeout
         return min(self._timeout, parse_duration(params.one("timeout"), "timeout"))
 
