@@ -24,7 +24,8 @@ from receivers import Recorder, prometheus_receiver
 
 from collector.app import STORE
 from collector.batch import Batch, Source
-from collector.schema import SourceKind
+from collector.exposition.render import series_key
+from collector.schema import MEMORY_ALLOCATED, SourceKind
 from collector.web.status import PAGE_ROWS, PANELS, Panel
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
@@ -132,6 +133,77 @@ async def test_filters_by_node_kind_and_state() -> None:
         assert Rows(none).nodes() == []
         _, failing = await get(http, f"{base}/?state=failing")
         assert Rows(failing).nodes() == []
+
+
+def allocation(node: str, *pods: tuple[str, str]) -> tuple[Source, Batch]:
+    """The pod watch's source of ``node`` and a batch allocating a vGPU to each of ``pods``."""
+    source = Source(f"allocation/{node}", "pod watch", node, SourceKind.ALLOCATION, 9)
+    series = {
+        series_key(
+            MEMORY_ALLOCATED,
+            [("namespace", namespace), ("pod", pod), ("container", "main"), ("vdevice_index", "0")],
+        ): float(1 << 30)
+        for namespace, pod in pods
+    }
+    return source, Batch(series, samples=len(series))
+
+
+async def test_nodes_with_allocations_but_no_usage_source_are_listed() -> None:
+    """Only the pod watch feeds gpu-lost: it is listed with its pods; gpu-fed has an agent too."""
+    async with with_agents(["gpu-fed"]) as (base, app), aiohttp.ClientSession() as http:
+        store = app[STORE]
+        store.put(
+            *allocation("gpu-lost", ("team-a", "train-0"), ("team-b", "infer-1")), time.monotonic()
+        )
+        store.put(*allocation("gpu-fed", ("team-c", "seen-2")), time.monotonic())
+        store.put(*allocation("gpu-gone-9", ("team-d", "eval-3")), time.monotonic())
+        status, html = await get(http, f"{base}/")
+        assert status == 200
+        section = Unreported(html)
+        assert section.rows == {
+            "gpu-lost": ["team-a/train-0", "team-b/infer-1"],
+            "gpu-gone-9": ["team-d/eval-3"],
+        }
+        assert 'href="docs/runbook.md#haminodewithoutusagesource"' in html
+        assert "HamiNodeWithoutUsageSource" in html
+        assert "seen-2" not in html
+        # The node filter of the page narrows this section too.
+        _, narrowed = await get(http, f"{base}/", {"node": "gone"})
+        assert Unreported(narrowed).rows == {"gpu-gone-9": ["team-d/eval-3"]}
+        # A node that gains an agent leaves the section.
+        store.put(agent_source("gpu-lost"), BATCH, time.monotonic())
+        _, later = await get(http, f"{base}/")
+        assert Unreported(later).rows == {"gpu-gone-9": ["team-d/eval-3"]}
+        _, none = await get(http, f"{base}/", {"node": "fed"})
+        assert Unreported(none).rows == {}
+        assert "Every node with allocations has a usage source." in none
+
+
+class Unreported(HTMLParser):
+    """The unreported-nodes section: each row's node and its pods (namespace/pod)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self._node = ""
+        self._pod = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "tr" and values.get("class") == "unreported":
+            self._node = values.get("data-node") or ""
+            self.rows[self._node] = []
+        elif tag == "span" and values.get("class") == "pod":
+            self._pod = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "span":
+            self._pod = False
+
+    def handle_data(self, data: str) -> None:
+        if self._pod:
+            self.rows[self._node].append(data)
 
 
 @pytest.mark.parametrize(

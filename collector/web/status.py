@@ -11,6 +11,10 @@ filters and sorts them, makes full rows of one page only, at most
 copies taken on the event loop, so the render never meets a loop's state
 mid-change.
 
+Nodes fed only by the pod watch's allocations (no monitor or agent: the REST
+API's ``health: "unreported"``) are listed in a section of their own, each with
+its allocated pods and the alert that fires for it.
+
 Other parts of the collector add sections through :data:`PANELS` (providers
 of a :class:`Panel`, called per request); discovery adds its streams through
 :data:`DISCOVERY`.
@@ -31,6 +35,7 @@ import jinja2
 from aiohttp import web
 
 from collector import __version__
+from collector.exposition.render import key_labels
 from collector.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.scrape import ScrapeLoop, ScrapeManager
@@ -48,6 +53,11 @@ it was never scraped (pending); an agent pushed within two intervals (up) or not
 
 KINDS = (*(str(f) for f in Flavour), str(SourceKind.AGENT))
 """What feeds a source: a monitor of one flavour, or an agent."""
+
+UNREPORTED_ALERT = "HamiNodeWithoutUsageSource"
+"""The alert of rules/hami-usage.rules.yaml that fires for a node with allocations only."""
+UNREPORTED_RUNBOOK = f"docs/runbook.md#{UNREPORTED_ALERT.lower()}"
+"""Its runbook link, as the rule's ``runbook_url`` writes it (anchors in lower case)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,25 @@ class SourceRow:
     recent: tuple[bool, ...]
     error: str
     error_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnreportedRow:
+    """A node with GPU allocations and no usage source: only the pod watch feeds it."""
+
+    node: str
+    pods: tuple[tuple[str, str], ...]
+    """Its allocated pods, (namespace, pod), sorted."""
+
+
+def allocated_pods(held: Held) -> tuple[tuple[str, str], ...]:
+    """The (namespace, pod) pairs the allocation batch ``held`` names, sorted."""
+    pods = set()
+    for key in held.batch.series:
+        labels = dict(key_labels(key)[1])
+        if "namespace" in labels and "pod" in labels:
+            pods.add((labels["namespace"], labels["pod"]))
+    return tuple(sorted(pods))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +192,8 @@ class Census:
     held: dict[str, Held]
     winners: dict[str, str]
     series: int
+    unreported: list[tuple[str, Held]]
+    """Nodes (sorted) that only the pod watch feeds, with its batch for each."""
 
     def row(self, entry: Entry, interval: float) -> SourceRow:
         """The full row of one entry (a page's worth are made per request)."""
@@ -271,7 +302,7 @@ class StatusPage:
     def census(self, app: web.Application) -> Census:
         """One walk over the store and the scrape loops: every source's entry, sorted."""
         now = time.monotonic()
-        census = Census([], {}, {}, 0)
+        census = Census([], {}, {}, 0, [])
         entries = census.entries
         for node in self._store.nodes():
             view = self._store.view(node)
@@ -279,6 +310,8 @@ class StatusPage:
                 continue
             census.series += len(view.series)
             census.winners[node] = view.sources[0].source.id
+            if all(one.source.kind is SourceKind.ALLOCATION for one in view.sources):
+                census.unreported.append((node, view.sources[0]))
             for one in view.sources:
                 census.held[one.source.id] = one
                 if one.source.kind is SourceKind.AGENT:
@@ -306,6 +339,10 @@ class StatusPage:
             census.row(entry, self._interval)
             for entry in matched[(query.page - 1) * PAGE_ROWS : query.page * PAGE_ROWS]
         ]
+        unreported = [(n, h) for n, h in census.unreported if not query.node or query.node in n]
+        unreported_rows = [
+            UnreportedRow(node, allocated_pods(held)) for node, held in unreported[:PAGE_ROWS]
+        ]
         discovery = [state for provider in app.get(DISCOVERY, []) for state in provider()]
         panels = [discovery_panel(discovery), *(provider() for provider in app.get(PANELS, []))]
         return {
@@ -331,6 +368,11 @@ class StatusPage:
             "page_rows": PAGE_ROWS,
             "prev_href": query.href(page=query.page - 1) if query.page > 1 else "",
             "next_href": query.href(page=query.page + 1) if query.page < pages else "",
+            "unreported": unreported_rows,
+            "unreported_matched": len(unreported),
+            "unreported_total": len(census.unreported),
+            "unreported_alert": UNREPORTED_ALERT,
+            "unreported_runbook": UNREPORTED_RUNBOOK,
             "refused": _refused(self._metrics),
             "panels": panels,
             "now": time.time(),

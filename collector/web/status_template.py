@@ -101,6 +101,26 @@ Times are ages at {{ rendered_at }} UTC. A source's last error stays shown after
 {%- if prev_href %}<a href="{{ prev_href }}">&larr; previous</a>{% endif %}
 {%- if next_href %} <a href="{{ next_href }}">next &rarr;</a>{% endif %}
 </div>
+
+<h2 id="unreported">Nodes with allocations but no usage source</h2>
+<p class="muted">Pods hold GPU allocations on these nodes, but no monitor or agent reports their usage:
+only the pod watch's allocations feed them (<code>health: unreported</code> in the REST API), so their pods show no usage.
+After 5 minutes <a href="{{ unreported_runbook }}">{{ unreported_alert }}</a> fires for each.
+{{ unreported|length }} of {{ unreported_matched }} matching nodes (of {{ unreported_total }}){% if node %}, node filter &ldquo;{{ node }}&rdquo;{% endif %}.</p>
+<table id="unreported-table">
+<thead><tr><th>Node</th><th>Allocated pods</th><th>Alert</th></tr></thead>
+<tbody>
+{%- for row in unreported %}
+<tr class="unreported" data-node="{{ row.node }}">
+<td>{{ row.node }}</td>
+<td>{% for namespace, pod in row.pods %}<span class="pod">{{ namespace }}/{{ pod }}</span>{{ ', ' if not loop.last }}{% endfor %}</td>
+<td><a href="{{ unreported_runbook }}">{{ unreported_alert }}</a></td>
+</tr>
+{%- else %}
+<tr><td colspan="3" class="muted">Every node with allocations has a usage source.</td></tr>
+{%- endfor %}
+</tbody>
+</table>
 {%- if refused %}
 <p>Pushes refused since start: {% for reason, count in refused %}{{ reason }} {{ count }}{{ ', ' if not loop.last }}{% endfor %}.</p>
 {%- endif %}
