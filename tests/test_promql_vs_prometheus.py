@@ -218,6 +218,12 @@ QUERIES: list[tuple[str, bool]] = [
     (f"histogram_quantile(scalar(min({UTIL})), {HIST})", False),
     (f"max_over_time(histogram_quantile(0.9, rate({HIST}[2m]))[10m:1m])", False),
     (f"histogram_quantile(0.5, {UTIL})", False),
+    # counts Go's binary search meets as NaN, infinities, negatives, falling
+    (f"histogram_quantile(0.5, {HIST} / 0)", False),
+    (f"histogram_quantile(0.5, ln({HIST} - 200))", False),
+    (f"histogram_quantile(0.3, -{HIST})", False),
+    (f"histogram_quantile(0.8, {HIST} % 97)", False),
+    (f"histogram_quantile(0.5, sqrt({HIST} - 100) * 0 + {HIST})", False),
     # two names' buckets of one job: "vector cannot contain metrics with the same labelset"
     (
         f'histogram_quantile(0.5, label_replace({HIST}, "__name__", "x", "le", "0.1|\\\\+Inf"))',
