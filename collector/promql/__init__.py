@@ -9,7 +9,8 @@ a small tree, :mod:`.select` reads each selector once from the storage (when
 each part is evaluated is :mod:`.timing`'s), :mod:`.evaluate` walks the tree
 once over whole arrays (:mod:`.arrays`) with the lookups of :mod:`.lookup`,
 the operators of :mod:`.binary` and :mod:`.aggregate` and the functions of
-:mod:`.instant`, :mod:`.relabel` and :mod:`.ranges`. :mod:`.query` holds the
+:mod:`.instant`, :mod:`.relabel`, :mod:`.ranges` and :mod:`.histogram`
+(``histogram_quantile`` over classic buckets). :mod:`.query` holds the
 entry points, :mod:`.limits` a query's time and sample budget, :mod:`.values`
 the result types, :mod:`.floats` Go's float arithmetic and formatting.
 """
