@@ -211,14 +211,24 @@ class Window:
         span on the axis; ``mask`` is where a window has a point. Chunks keep
         within :data:`TENSOR_CELLS`.
         """
+        for steps, index, inside in self.spans():
+            yield steps, self.values[:, index], self.points[:, index] & inside[None]
+
+    @cached_property
+    def widest(self) -> int:
+        """The most positions on the axis one step's window spans."""
+        return int((self.hi - self.lo).max(initial=0))
+
+    def spans(self) -> Iterator[tuple[slice, IntArray, BoolArray]]:
+        """Chunks of steps with each window's positions on the axis: ``(steps, index, inside)``,
+        both ``(steps, w)`` (``inside``: the position is within the window), as :meth:`tensors`."""
         rows, width = self.points.shape
         spans = self.hi - self.lo
-        w = max(1, int(spans.max(initial=1)))
+        w = max(1, self.widest)
         chunk = max(1, TENSOR_CELLS // max(1, rows * w))
         offsets = np.arange(w, dtype=np.int64)
         for s in range(0, self.lo.size, chunk):
             steps = slice(s, s + chunk)
             index = self.lo[steps, None] + offsets[None, :]
             inside = offsets[None, :] < spans[steps, None]
-            index = np.minimum(index, width - 1)
-            yield steps, self.values[:, index], self.points[:, index] & inside[None]
+            yield steps, np.minimum(index, max(width - 1, 0)), inside

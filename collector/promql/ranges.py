@@ -76,7 +76,51 @@ def _resets(win: Window, _: Sequence[FloatArray]) -> Result:
     return win.pairs((has & (win.values < previous)).astype(np.float64)), win.count >= 1
 
 
+DIRECT_WIDTH = 32
+"""Windows spanning at most this many axis positions are regressed point by point."""
+
+
 def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
+    """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``:
+    over each window's points laid out (:meth:`Window.spans`) where windows are narrow, from
+    prefix sums otherwise."""
+    if win.widest <= DIRECT_WIDTH:
+        return _regression_direct(win, intercept_ms)
+    return _regression_prefix(win, intercept_ms)
+
+
+def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
+    """The regression summed over each window's points in float64, ``x`` relative to the
+    intercept as Prometheus takes it: no long prefix to cancel, so no extended precision."""
+    times, values, points = win.block.times, win.values, win.points
+    shape = win.count.shape
+    intercept_ms = np.broadcast_to(intercept_ms, shape)
+    initial = win.value(win.first)
+    slope, at = np.empty(shape), np.empty(shape)
+    count = win.count
+    for steps, index, inside in win.spans():
+        # (n, w, steps): a window's points lie along axis 1, each of them a contiguous slice
+        index, inside = index.T, inside.T
+        mask = points[:, index] & inside[None]
+        y_all = values[:, index]
+        x = (times[index][None] - intercept_ms[:, None, steps]) / 1000
+        x = np.where(mask, x, 0.0)
+        y = np.where(mask, y_all, 0.0)
+        n = count[:, steps]
+        sx, sy = x.sum(axis=1), y.sum(axis=1)
+        sxy, sxx = (x * y).sum(axis=1), (x * x).sum(axis=1)
+        s = (sxy - sx * sy / n) / (sxx - sx * sx / n)
+        i = sy / n - s * sx / n
+        first = initial[:, steps]
+        constant = ~(mask & (y_all != first[:, None])).any(axis=1)
+        spoilt = (mask & ~np.isfinite(y_all)).any(axis=1)
+        flat = np.where(np.isinf(first), np.nan, 0.0)
+        slope[:, steps] = np.where(constant, flat, np.where(spoilt, np.nan, s))
+        at[:, steps] = np.where(constant, first + flat, np.where(spoilt, np.nan, i))
+    return slope, at
+
+
+def _regression_prefix(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``.
 
     Sums come from extended-precision prefix sums with ``x`` relative to the
