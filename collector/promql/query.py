@@ -125,12 +125,21 @@ def _label_order(vec: Vec) -> IntArray:
     that order already by rank: the storage's order is by label set too.
     """
     maps, rank = vec.maps, vec.rank
-    if (
-        rank is not None
-        and maps is not None
-        and all(labels is m.pairs for labels, m in zip(vec.labels, maps, strict=True))
-    ):
-        return np.argsort(rank, kind="stable")
+    if rank is not None and maps is not None:
+        pairs = [m.pairs for m in maps]
+        if all(labels is p for labels, p in zip(vec.labels, pairs, strict=True)):
+            return np.argsort(rank, kind="stable")
+        # a range function's rows of one metric: the storage's label sets less the first pair
+        # (``__name__``) they all share sort as the storage's do
+        if (
+            pairs
+            and pairs[0]
+            and all(
+                p and p[0] == pairs[0][0] and labels == p[1:]
+                for labels, p in zip(vec.labels, pairs, strict=True)
+            )
+        ):
+            return np.argsort(rank, kind="stable")
     keys = [pairs_key(labels) for labels in vec.labels]
     return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
 
