@@ -263,29 +263,26 @@ def surface_of(path: str) -> str:
 
 
 def _path_review(user: User, path: str) -> client.V1SubjectAccessReview:
-    return client.V1SubjectAccessReview(
-        spec=client.V1SubjectAccessReviewSpec(
-            user=user.name,
-            uid=user.uid or None,
-            groups=list(user.groups),
-            extra=user.extra or None,
-            non_resource_attributes=client.V1NonResourceAttributes(path=path, verb="get"),
-        )
+    return _review_of(
+        user, non_resource_attributes=client.V1NonResourceAttributes(path=path, verb="get")
     )
 
 
 def _pods_review(user: User, namespace: str) -> client.V1SubjectAccessReview:
-    return client.V1SubjectAccessReview(
-        spec=client.V1SubjectAccessReviewSpec(
-            user=user.name,
-            uid=user.uid or None,
-            groups=list(user.groups),
-            extra=user.extra or None,
-            resource_attributes=client.V1ResourceAttributes(
-                namespace=namespace, verb="list", resource="pods"
-            ),
-        )
+    attributes = client.V1ResourceAttributes(namespace=namespace, verb="list", resource="pods")
+    return _review_of(user, resource_attributes=attributes)
+
+
+def _review_of(user: User, **attributes: Any) -> client.V1SubjectAccessReview:
+    """A SubjectAccessReview of ``user`` (as its TokenReview named it) for ``attributes``."""
+    spec = client.V1SubjectAccessReviewSpec(
+        user=user.name,
+        uid=user.uid or None,
+        groups=list(user.groups),
+        extra=user.extra or None,
+        **attributes,
     )
+    return client.V1SubjectAccessReview(spec=spec)
 
 
 def read_auth_middleware(
