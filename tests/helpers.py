@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from collector.app import build_app
 from collector.settings import CollectorSettings
 from collector.sources.pods import PodDirectory
 from simulator.monitors import MonitorFarm
-from simulator.run import write_targets
+from simulator.run import demo_app, write_targets
 from testing.processes import bind_one_port, stop
 
 RESERVE_TRIES = 5
@@ -61,16 +62,32 @@ def _reserve(hosts: tuple[str, ...]) -> tuple[int, list[socket.socket]]:
 
 
 @asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    """Serve ``app`` on a 127.0.0.1 port the kernel picks, for the block; yield its URL."""
+async def serving(
+    app: web.Application, ssl_context: ssl.SSLContext | None = None, port: int = 0
+) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (``port``, or one the kernel picks), over TLS with
+    ``ssl_context``, for the block; yield its URL."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context, reuse_address=True)
+        await site.start()
         host, bound = runner.addresses[0][:2]
-        yield f"http://{host}:{bound}"
+        yield f"{'https' if ssl_context else 'http'}://{host}:{bound}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def running_demo(
+    folder: Path, nodes: int, interval: float
+) -> AsyncIterator[tuple[str, list[str]]]:
+    """The demo (``hami-collector demo``) served on a reserved loopback port, which its agents
+    push to; yield its base URL and the lines it tells its user."""
+    with reserved_port() as port:
+        app, lines = demo_app(f"127.0.0.1:{port}", nodes, interval, folder)
+        async with serving(app, port=port) as url:
+            yield url, lines
 
 
 @asynccontextmanager

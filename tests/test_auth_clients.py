@@ -122,15 +122,8 @@ async def tls_collector(web_config: Path, **overrides: Any) -> AsyncIterator[str
     config = load(web_config)
     assert config.ssl_context is not None
     settings = CollectorSettings(listen="127.0.0.1:0", **overrides)
-    app = build_app(settings, web_config=config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=config.ssl_context).start()
-        host, port = runner.addresses[0][:2]
-        yield f"https://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(build_app(settings, web_config=config), config.ssl_context) as url:
+        yield url
 
 
 def push_payload(sequence: int = 1) -> JSON:

@@ -29,11 +29,8 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
-from helpers import eventually, reserved_port
+from helpers import eventually, running_demo
 from test_chart import CHART, template
-
-from simulator.run import demo_app
 
 Doc = dict[str, Any]
 
@@ -108,36 +105,29 @@ def rules() -> dict[str, Doc]:
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession, list[Doc]]]:
     """The demo served on loopback, once its pods have memory and core allocations."""
-    with reserved_port() as port:
-        app, _ = demo_app(f"127.0.0.1:{port}", 2, 1.0, tmp_path)
-        base = f"http://127.0.0.1:{port}"
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-            async with aiohttp.ClientSession() as http:
-                rows: list[Doc] = []
+    async with running_demo(tmp_path, 2, 1.0) as (served, _):
+        base = served
+        async with aiohttp.ClientSession() as http:
+            rows: list[Doc] = []
 
-                async def pods_shown() -> bool:
-                    nonlocal rows
-                    async with http.get(f"{base}/api/v1/pods") as response:
-                        rows = (await response.json())["containers"]
-                    ready = [r for r in rows if r["cores_allocated"] and r["memory_used_bytes"]]
-                    return len({(r["namespace"], r["pod"]) for r in ready}) >= 10
+            async def pods_shown() -> bool:
+                nonlocal rows
+                async with http.get(f"{base}/api/v1/pods") as response:
+                    rows = (await response.json())["containers"]
+                ready = [r for r in rows if r["cores_allocated"] and r["memory_used_bytes"]]
+                return len({(r["namespace"], r["pod"]) for r in ready}) >= 10
 
-                await eventually(pods_shown, 60, "the demo's pods with usage and allocation")
+            await eventually(pods_shown, 60, "the demo's pods with usage and allocation")
 
-                async def history_of_two_seconds() -> bool:
-                    # KEDA's time is now cut to the second: the data must be older than that.
-                    at = model_time(time.time() - 2)
-                    params = {"query": "hami_vgpu_core_allocated_ratio", "time": at}
-                    async with http.get(f"{base}/prometheus/api/v1/query", params=params) as r:
-                        return bool((await r.json())["data"]["result"])
+            async def history_of_two_seconds() -> bool:
+                # KEDA's time is now cut to the second: the data must be older than that.
+                at = model_time(time.time() - 2)
+                params = {"query": "hami_vgpu_core_allocated_ratio", "time": at}
+                async with http.get(f"{base}/prometheus/api/v1/query", params=params) as r:
+                    return bool((await r.json())["data"]["result"])
 
-                await eventually(history_of_two_seconds, 60, "two seconds of the demo's history")
-                yield base, http, rows
-        finally:
-            await runner.cleanup()
+            await eventually(history_of_two_seconds, 60, "two seconds of the demo's history")
+            yield base, http, rows
 
 
 async def get(http: aiohttp.ClientSession, url: str, params: list[tuple[str, str]]) -> Any:

@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
-from helpers import eventually, reserved_port
-
-from simulator.run import demo_app
+from helpers import eventually, running_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -81,33 +78,26 @@ def expand(expr: str, chosen: dict[str, str]) -> str:
 
 
 async def test_every_panel_of_every_dashboard_answers_on_the_demo(tmp_path: Path) -> None:
-    with reserved_port() as port:
-        app, _ = demo_app(f"127.0.0.1:{port}", 3, 1.0, tmp_path)
-        base = f"http://127.0.0.1:{port}/prometheus/api/v1"
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-            async with aiohttp.ClientSession() as http:
+    async with running_demo(tmp_path, 3, 1.0) as (served, _):
+        base = f"{served}/prometheus/api/v1"
+        async with aiohttp.ClientSession() as http:
 
-                async def get(path: str, **params: str) -> Any:
-                    async with http.get(f"{base}/{path}", params=params) as resp:
-                        body = await resp.json()
-                        assert resp.status == 200, (path, params, body)
-                        return body["data"]
+            async def get(path: str, **params: str) -> Any:
+                async with http.get(f"{base}/{path}", params=params) as resp:
+                    body = await resp.json()
+                    assert resp.status == 200, (path, params, body)
+                    return body["data"]
 
-                async def every_node_has_history() -> bool:
-                    nodes = await get("label/node/values")
-                    energy = await get(
-                        "query", query="increase(hami_container_energy_joules_total[1m]) > 0"
-                    )
-                    return "gpu-plugin-01" in nodes and len(nodes) >= 5 and bool(energy["result"])
+            async def every_node_has_history() -> bool:
+                nodes = await get("label/node/values")
+                energy = await get(
+                    "query", query="increase(hami_container_energy_joules_total[1m]) > 0"
+                )
+                return "gpu-plugin-01" in nodes and len(nodes) >= 5 and bool(energy["result"])
 
-                await eventually(every_node_has_history, 30, "every node, and energy risen")
-                for dashboard in DASHBOARDS:
-                    await _walk(json.loads(dashboard.read_text()), get)
-        finally:
-            await runner.cleanup()
+            await eventually(every_node_has_history, 30, "every node, and energy risen")
+            for dashboard in DASHBOARDS:
+                await _walk(json.loads(dashboard.read_text()), get)
 
 
 async def _walk(dashboard: dict[str, Any], get: Any) -> None:

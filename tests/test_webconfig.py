@@ -21,7 +21,7 @@ import aiohttp
 import bcrypt
 import pytest
 from aiohttp import web
-from helpers import eventually
+from helpers import eventually, serving
 
 from agent.push import Backlog, Pusher, Queued, trust
 from collector import cli
@@ -61,15 +61,8 @@ def web_config_file(folder: Path, pki: PKI, serial: int = 1, **tls: Any) -> Path
 async def collector(config: WebConfig) -> AsyncIterator[str]:
     """The real collector app served with ``config`` on a loopback port; yield its base URL."""
     settings = CollectorSettings(listen="127.0.0.1:0", kubernetes=False, push_auth="none")
-    app = build_app(settings, web_config=config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=config.ssl_context).start()
-        host, port = runner.addresses[0][:2]
-        yield f"{'https' if config.ssl_context else 'http'}://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(build_app(settings, web_config=config), config.ssl_context) as url:
+        yield url
 
 
 def client_context(pki: PKI, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
