@@ -7,9 +7,7 @@ screenshot in the test's temporary folder.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import struct
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -19,6 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from browser import browse, png_size
 from helpers import eventually, reserved_port, running_collector, scraping_collector, serving
 from receivers import Recorder, prometheus_receiver
 
@@ -32,8 +31,6 @@ from simulator.monitors import MonitorFarm
 from simulator.run import demo_app
 from testing.fakekube import FakeKube
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = ROOT / ".tools" / "chromium" / "run"
 HOSTILE = '<script>alert("x")</script>&amp;'
 
 
@@ -390,44 +387,6 @@ async def _is_row(found: Awaitable[list[str] | None]) -> bool:
 
 
 # The browser test: the demo, in this process, loaded by a real chromium.
-
-
-def chromium() -> Path:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make tools` (make test does it)")
-    return CHROMIUM
-
-
-async def browse(profile: Path, *args: str, timeout: float = 60.0) -> str:
-    """Run headless chromium with ``args``; return its stdout. The loop serves meanwhile."""
-    process = await asyncio.create_subprocess_exec(
-        chromium(),
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"chromium took longer than {timeout}s: {args}") from None
-    assert process.returncode == 0, err.decode(errors="replace")[-2000:]
-    return out.decode()
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height of a PNG, from its header; fails on anything else."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n", head
-    assert head[12:16] == b"IHDR", head
-    width, height = struct.unpack(">II", head[16:24])
-    return width, height
 
 
 @pytest.mark.timeout(240)  # up to 90 s of page loads, each a browser start, on a busy machine
