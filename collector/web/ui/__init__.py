@@ -1,0 +1,6 @@
+"""The collector's own pages for people: the overview, nodes, workloads and namespaces.
+
+Server-rendered HTML (:mod:`.layout`), numbers in units a person reads
+(:mod:`.units`), inline SVG charts (:mod:`.charts`); every number comes from
+the REST API's read model, so a page and ``/api/v1`` never disagree.
+"""
