@@ -82,8 +82,9 @@ def render(
     interval: float = 15.0,
     status: int = 200,
 ) -> web.Response:
-    """The page: ``body`` (HTML a view's template rendered) in the frame, ``links`` in its
-    footer; it reloads every ``interval`` seconds unless the URL has ``refresh=0``."""
+    """The page: ``title`` as its ``<h1>``, then ``body`` (HTML a view's template rendered,
+    without a heading of its own), ``links`` in its footer; it reloads every ``interval``
+    seconds unless the URL has ``refresh=0``."""
     refresh = request.query.get("refresh") != "0" and status == 200
     access = access_of(request)
     html = _FRAME.render(
@@ -105,15 +106,10 @@ def render(
     )
 
 
-def bad_request(request: web.Request, message: str) -> web.Response:
-    """A 400 page saying what was wrong with the request (a parameter, by name)."""
-    body = f"<p>Bad request: {escape(message)}</p>"
-    return render(request, "Bad request", body, status=400)
-
-
-def not_found(request: web.Request, message: str) -> web.Response:
-    """A 404 page saying what was not found."""
-    return render(request, "Not found", f"<p>{escape(message)}</p>", status=404)
+def error(request: web.Request, status: int, message: str) -> web.Response:
+    """An error page (400, 404, ...) saying ``message``: what was wrong or not found."""
+    title = {400: "Bad request", 403: "Not allowed", 404: "Not found"}.get(status, "Error")
+    return render(request, title, f'<p class="error">{escape(message)}</p>', status=status)
 
 
 def _current(path: str) -> str:
