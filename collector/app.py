@@ -57,9 +57,14 @@ from collector.web.readauth import (
     Unready,
     read_auth_middleware,
 )
-from collector.web.rest.chargeback import Chargeback
+from collector.web.rest.cache import NodeCache
+from collector.web.rest.chargeback import IDLE_AFTER, Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
+from collector.web.ui.kinds import Kinds
+from collector.web.ui.namespaces import NamespaceView
+from collector.web.ui.nodes import NodeViews
+from collector.web.ui.workloads import WorkloadViews
 from collector.web.webconfig import TLSReloads, WebConfig, web_middleware
 from core import heap, malloc
 from core.shards import Shard
@@ -145,9 +150,20 @@ def build_app(
         settings.query_timeout,
         settings.query_max_samples,
     )
-    rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard, TASKS)
+    nodes = NodeCache()  # the REST API's and the views': one presented form per node
+    rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard, TASKS, nodes)
     app.router.add_routes(rest_api.routes())
     app.cleanup_ctx.append(rest_api.warming)
+    kinds, interval = Kinds(), settings.interval
+    app.router.add_routes(NodeViews(STORE, nodes, interval, kinds).routes())
+    app.router.add_routes(
+        WorkloadViews(
+            STORE, nodes, kinds, store.history, interval, settings.lookback, IDLE_AFTER
+        ).routes()
+    )
+    app.router.add_routes(
+        NamespaceView(chargeback, nodes, settings.history_retention, interval).routes()
+    )
     app[DISCOVERY] = []
     app[PANELS] = []
     status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)

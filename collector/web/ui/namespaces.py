@@ -1,0 +1,142 @@
+"""``/namespaces``: chargeback per namespace, memory and core hours allocated against used over
+a chosen window, and the share of allocated cores that sat idle.
+
+The report is ``GET /api/v1/usage?by=namespace``'s own (:class:`Chargeback`, a
+tenant's namespaces restricting its queries as they restrict REST's), over the
+window ``?window=`` names: the last hour, 6 or 24 hours, or (the default, as
+REST's) all the history holds. A report is kept for the rest of its step:
+every request within one step asks for the same aligned window, so only the
+first one runs the queries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from collector.web.access import access_of
+from collector.web.rest.cache import NodeCache
+from collector.web.rest.chargeback import MEASURES, Chargeback, Window
+from collector.web.rest.models import UsageReport
+from collector.web.ui import layout
+from collector.web.ui.listing import bad, page_of, view_query
+from collector.web.ui.pages import answering, render, template
+
+WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": None}
+"""``?window=`` values: the seconds back from now (None: all the history holds)."""
+KEPT_REPORTS = 32
+"""Reports kept (one per window and reader's namespaces): each for the rest of its step."""
+
+PAGE = template("""
+<p>GPU memory and cores allocated and used per namespace from {{ clock(report.start) }} to
+{{ clock(report.end) }} UTC ({{ (report.end - report.start)|duration }}, a point every {{ report.step_seconds|duration }}).</p>
+<nav class="filters" aria-label="window">Window:
+{%- for name in windows %}
+<a href="{{ query.href('/namespaces', window=name, page=None) }}"{% if name == window %} class="on" aria-current="true"{% endif %}>
+{{- 'all the history holds' if name == 'all' else 'last ' ~ name }}</a>
+{%- endfor %}</nav>
+{%- if short %}<p class="muted">The history holds only the last {{ retention|duration }}: the report covers that.</p>{% endif %}
+<p>Download this report: <a class="csv" href="{{ csv }}">CSV</a> (<a href="{{ rest }}">JSON</a>).</p>
+{{ pager }}
+<table class="namespaces">
+<thead><tr><th scope="col">Namespace</th>
+<th scope="col">Memory allocated vs used</th><th scope="col">Memory allocated</th><th scope="col">Memory used</th>
+<th scope="col">Cores allocated vs used</th><th scope="col">Cores allocated</th><th scope="col">Cores used</th>
+<th scope="col">Idle share</th></tr></thead>
+<tbody>
+{%- for g in page.rows %}
+{%- set name = g.labels.get('namespace', '') %}
+<tr class="namespace" data-namespace="{{ name }}" data-memory-allocated-byte-hours="{{ g.memory_allocated_byte_hours }}">
+<td><a href="/workloads?namespace={{ segment(name) }}">{{ name }}</a></td>
+<td>{{ bar('memory of ' ~ name, g.memory_used_byte_hours, g.memory_allocated_byte_hours, None, units.byte_hours) }}</td>
+<td class="num memory-allocated">{{ g.memory_allocated_byte_hours|byte_hours }}</td>
+<td class="num memory-used">{{ g.memory_used_byte_hours|byte_hours }}</td>
+<td>{{ bar('cores of ' ~ name, g.cores_used_core_hours, g.cores_allocated_core_hours, None, units.core_hours) }}</td>
+<td class="num">{{ g.cores_allocated_core_hours|core_hours }}</td>
+<td class="num">{{ g.cores_used_core_hours|core_hours }}</td>
+<td class="num">{{ g.idle_share|percent }}{% if g.idle_share %} idle{% endif %}</td>
+</tr>
+{%- endfor %}
+</tbody></table>
+{{ pager }}
+""")
+
+
+class NamespaceView:
+    """The chargeback view over ``chargeback``, the REST API's report builder; ``retention``
+    is how far back the history reaches, ``interval`` the collector's (the page reloads
+    each)."""
+
+    def __init__(
+        self, chargeback: Chargeback, nodes: NodeCache, retention: float, interval: float
+    ) -> None:
+        self._chargeback = chargeback
+        self._nodes = nodes
+        self._retention = retention
+        self._interval = interval
+        self._reports: OrderedDict[object, tuple[float, UsageReport]] = OrderedDict()
+
+    def routes(self) -> list[web.RouteDef]:
+        """``GET /namespaces``."""
+        return [web.get("/namespaces", answering(self.handle, self._nodes.read))]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """One page of namespaces, the largest allocation first (the report's order)."""
+        query = view_query(request.query, (), (), ("window",))
+        window = query.params.get("window", "all")
+        if window not in WINDOWS:
+            raise bad(
+                f"query parameter 'window' must be one of {', '.join(WINDOWS)}, not {window[:40]!r}"
+            )
+        back = WINDOWS[window]
+        now = time.time()
+        steps = self._chargeback.window(None if back is None else repr(now - back), None)
+        namespaces = access_of(request).namespaces
+        report = await self._report(steps, namespaces)
+        page = page_of(list(report.groups), query)
+        params = {
+            "by": "namespace",
+            "start": repr(report.requested_start),
+            "end": repr(report.requested_end),
+        }
+        expr = MEASURES["memory_allocated"].format(by="namespace")
+        rest = f"/api/v1/usage?{urlencode(params)}"
+        promql = "/prometheus/api/v1/query_range?" + urlencode(
+            {
+                "query": expr,
+                "start": repr(report.start + report.step_seconds),
+                "end": repr(report.end),
+                "step": repr(report.step_seconds),
+            }
+        )
+        body = render(
+            PAGE,
+            query=query,
+            report=report,
+            page=page,
+            window=window,
+            windows=list(WINDOWS),
+            short=back is not None and back > self._retention,
+            retention=self._retention,
+            rest=rest,
+            csv=f"/api/v1/usage?{urlencode({**params, 'format': 'csv'})}",
+            pager=layout.pager(request, page.number, page.total),
+        )
+        links = [layout.rest_link(rest), layout.Link(expr, promql)]
+        return layout.render(request, "Namespaces", body, links, self._interval)
+
+    async def _report(self, steps: Window, namespaces: frozenset[str] | None) -> UsageReport:
+        key = (steps.first, steps.last, steps.step, namespaces)
+        kept = self._reports.get(key)
+        now = time.monotonic()
+        if kept is not None and kept[0] > now:
+            return kept[1]
+        report = await self._chargeback.report("namespace", steps, namespaces)
+        self._reports[key] = (now + steps.step, report)
+        self._reports.move_to_end(key)
+        while len(self._reports) > KEPT_REPORTS:
+            self._reports.popitem(last=False)
+        return report

@@ -1,0 +1,363 @@
+"""``/workloads`` and ``/workloads/{namespace}/{pod}``: the container vGPUs of every pod, and
+one pod's containers with their last hour.
+
+The rows are ``GET /api/v1/pods``' (one per container vGPU, its ``namespace``
+and ``node`` filters, its sort fields, a tenant's namespaces only), each with
+the resource kind of its allocation. Unsorted, a page is found by counting
+each node's containers from its key set, so only the page's rows are read;
+sorted, every matching row is (as REST does). A pod's charts are range
+queries over the history through the collector's PromQL engine, the queries
+its PromQL link names.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from aiohttp import web
+
+from collector.promql.query import prepare_range
+from collector.promql.values import QueryError, RangeSeries
+from collector.store import Store
+from collector.tsdb.history import History
+from collector.web.access import Access, access_of
+from collector.web.rest.cache import NodeCache
+from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
+from collector.web.rest.models import ContainerRow
+from collector.web.rest.presented import Presented, container_row
+from collector.web.ui import charts, layout, units
+from collector.web.ui.charts import Series
+from collector.web.ui.kinds import Kinds
+from collector.web.ui.layout import PAGE_ROWS
+from collector.web.ui.listing import Page, ViewError, page_of, view_query
+from collector.web.ui.pages import answering, matcher, render, segment, template
+from collector.web.usage import ContainerReading
+
+CHART_SECONDS = 3600.0
+"""How far back a pod's charts reach (less where the history holds less)."""
+CHART_POINTS = 240
+"""Points a chart line has at most: the step is the scrape interval, or coarser."""
+
+LIST = template("""
+<form method="get" action="/workloads" class="filters">
+<label>Namespace <input name="namespace" value="{{ query.params.get('namespace', '') }}"></label>
+<label>Node <input name="node" value="{{ query.params.get('node', '') }}"></label>
+{%- if query.params.get('sort') %}<input type="hidden" name="sort" value="{{ query.params['sort'] }}">{% endif %}
+<button>Filter</button></form>
+{{ pager }}
+<table class="workloads">
+<thead><tr>
+{{ sortable(query, '/workloads', 'namespace', 'Namespace') }}
+{{ sortable(query, '/workloads', 'pod', 'Pod') }}
+{{ sortable(query, '/workloads', 'container', 'Container') }}
+{{ sortable(query, '/workloads', 'node', 'Node') }}
+<th scope="col">Kind</th>
+{{ sortable(query, '/workloads', 'memory_allocated_bytes', 'Memory allocated') }}
+{{ sortable(query, '/workloads', 'memory_used_bytes', 'Memory used') }}
+<th scope="col">Memory used of allocated</th>
+{{ sortable(query, '/workloads', 'cores_allocated', 'Cores allocated') }}
+{{ sortable(query, '/workloads', 'sm_utilization_percent', 'SM utilisation') }}
+<th scope="col">Cores used of allocated</th>
+{{ sortable(query, '/workloads', 'idle_seconds', 'Idle') }}
+</tr></thead>
+<tbody>
+{%- for w in page.rows %}
+{%- set r = w.row %}
+<tr class="workload" data-namespace="{{ r.namespace }}" data-pod="{{ r.pod }}" data-node="{{ r.node }}">
+<td>{{ r.namespace }}</td>
+<td><a href="/workloads/{{ segment(r.namespace) }}/{{ segment(r.pod) }}">{{ r.pod }}</a></td>
+<td>{{ r.container }}</td>
+<td><a href="/nodes/{{ segment(r.node) }}">{{ r.node }}</a></td>
+<td>{{ w.kind }}</td>
+<td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
+<td class="num memory-used">{{ r.memory_used_bytes|size }}</td>
+<td class="num">{{ r.utilisation_of_allocation.memory|percent if r.utilisation_of_allocation else units.MISSING }}</td>
+<td class="num">{{ r.cores_allocated|percent }}</td>
+<td class="num">{{ r.sm_utilization_percent|percent_100 }}</td>
+<td class="num">{{ r.utilisation_of_allocation.cores|percent if r.utilisation_of_allocation else units.MISSING }}</td>
+<td class="num">{{ r.idle_seconds|duration }}{% if w.idle %} <span class="state state-idle">idle</span>{% endif %}</td>
+</tr>
+{%- endfor %}
+</tbody></table>
+{{ pager }}
+""")
+
+DETAIL = template("""
+<p>On {% for n in nodes %}<a href="/nodes/{{ segment(n) }}">{{ n }}</a>{% if not loop.last %}, {% endif %}{% endfor %}:
+memory used <span class="pod-memory-used">{{ memory_used|size }}</span> of
+<span class="pod-memory-allocated">{{ memory_allocated|size }}</span> allocated.</p>
+<table class="containers">
+<thead><tr><th scope="col">Container</th><th scope="col">vGPU</th><th scope="col">Node</th><th scope="col">Card</th>
+<th scope="col">Kind</th><th scope="col">Memory allocated</th><th scope="col">Memory used</th>
+<th scope="col">Cores allocated</th><th scope="col">SM utilisation</th><th scope="col">Idle</th></tr></thead>
+<tbody>
+{%- for w in rows %}{% set r = w.row %}
+<tr class="container" data-container="{{ r.container }}">
+<td>{{ r.container }}</td><td class="num">{{ r.vdevice_index if r.vdevice_index is not none else units.MISSING }}</td>
+<td>{{ r.node }}</td><td class="uuid">{{ r.device_uuid }}</td><td>{{ w.kind }}</td>
+<td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
+<td class="num memory-used">{{ r.memory_used_bytes|size }}</td>
+<td class="num">{{ r.cores_allocated|percent }}</td>
+<td class="num">{{ r.sm_utilization_percent|percent_100 }}</td>
+<td class="num">{{ r.idle_seconds|duration }}{% if w.idle %} <span class="state state-idle">idle</span>{% endif %}</td>
+</tr>
+{%- endfor %}
+</tbody></table>
+{%- for c in charts %}
+<section class="history" data-container="{{ c.container }}">
+<h2>Container {{ c.container }}: the last {{ c.seconds|duration }}</h2>
+{{ c.memory }}
+{{ c.utilisation }}
+</section>
+{%- endfor %}
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A REST container row, its resource kind's label, and whether it is idle."""
+
+    row: ContainerRow
+    kind: str
+    idle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Charts:
+    """One container's two charts of the last hour."""
+
+    container: str
+    seconds: float
+    memory: Any
+    utilisation: Any
+
+
+Row = tuple[Presented, ContainerReading]
+
+
+class WorkloadViews:
+    """The two workload views, over the REST API's node cache; ``history`` and ``lookback``
+    are the PromQL engine's, ``idle_after`` the seconds without a kernel that make a
+    vGPU idle (chargeback's)."""
+
+    def __init__(
+        self,
+        store_key: web.AppKey[Store],
+        nodes: NodeCache,
+        kinds: Kinds,
+        history: History,
+        interval: float,
+        lookback: float,
+        idle_after: float,
+    ) -> None:
+        self._store_key = store_key
+        self._nodes = nodes
+        self._kinds = kinds
+        self._history = history
+        self._interval = interval
+        self._lookback = lookback
+        self._idle_after = idle_after
+
+    def routes(self) -> list[web.RouteDef]:
+        """``GET /workloads`` and ``GET /workloads/{namespace}/{pod}``."""
+        return [
+            web.get("/workloads", answering(self.table, self._nodes.read)),
+            web.get(
+                "/workloads/{namespace:[^/]+}/{pod:[^/]+}",
+                answering(self.detail, self._nodes.read),
+            ),
+        ]
+
+    async def table(self, request: web.Request) -> web.Response:
+        """One page of container vGPUs, sorted and filtered as ``GET /api/v1/pods``."""
+        query = view_query(request.query, CONTAINER_SORT_FIELDS, ("namespace", "node"))
+        store = request.app[self._store_key]
+        node = query.listing.filters.get("node")
+        namespace = query.listing.filters.get("namespace")
+        if node is not None:
+            one = self._nodes.one(store, node)
+            nodes = [] if one is None else [one]
+        else:
+            nodes = self._nodes.all(store)
+        access = access_of(request)
+        if query.listing.sort is None:
+            found = _unsorted(nodes, access, namespace, query.page)
+        else:
+
+            def value(item: Row, field: str) -> Any:
+                presented, reading = item
+                if field == "node":
+                    return presented.usage.node
+                return getattr(reading, READING_OF[field])
+
+            found = page_of(list(_rows(nodes, access, namespace)), query, value)
+        page = Page([self._workload(p, c) for p, c in found.rows], found.total, found.number)
+        selector = ",".join(
+            matcher(label, value)
+            for label, value in (("namespace", namespace), ("node", node))
+            if value is not None
+        )
+        links = [
+            layout.rest_link(query.href("/api/v1/pods", page=None, refresh=None)),
+            layout.promql_link(f"hami_vgpu_memory_used_bytes{{{selector}}}"),
+        ]
+        pager = layout.pager(request, page.number, page.total)
+        body = render(LIST, query=query, page=page, pager=pager)
+        return layout.render(request, "Workloads", body, links, self._interval)
+
+    async def detail(self, request: web.Request) -> web.Response:
+        """One pod: its container vGPUs as ``GET /api/v1/namespaces/{namespace}/pods/{pod}``,
+        and each container's last hour of memory and utilisation."""
+        view_query(request.query, (), ())
+        store = request.app[self._store_key]
+        namespace, pod = request.match_info["namespace"], request.match_info["pod"]
+        missing = ViewError(404, f"no pod {namespace}/{pod} has vGPU data")
+        if not access_of(request).sees(namespace):  # as if it did not exist: nothing to guess
+            raise missing
+        found = [
+            (presented, reading)
+            for presented in self._nodes.all(store)
+            if namespace in presented.usage.namespaces
+            for reading in presented.pod(namespace, pod)
+        ]
+        if not found:
+            raise missing
+        rows = [self._workload(p, c) for p, c in found]
+        nodes = sorted({p.usage.node for p, _ in found})
+        charts_of = self._charts(namespace, pod, nodes, [w.row.container for w in rows])
+        selector = f"{matcher('namespace', namespace)},{matcher('pod', pod)}"
+        body = render(
+            DETAIL,
+            namespace=namespace,
+            pod=pod,
+            nodes=nodes,
+            # the REST pod detail's sums
+            memory_used=sum(w.row.memory_used_bytes or 0 for w in rows),
+            memory_allocated=_sum(w.row.memory_allocated_bytes for w in rows),
+            rows=rows,
+            charts=charts_of,
+        )
+        links = [
+            layout.rest_link(f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(pod)}"),
+            layout.promql_link(f"hami_vgpu_memory_used_bytes{{{selector}}}"),
+            layout.promql_link(f"hami_container_device_utilization_ratio{{{selector}}}"),
+        ]
+        return layout.render(request, f"Pod {namespace}/{pod}", body, links, self._interval)
+
+    def _workload(self, presented: Presented, reading: ContainerReading) -> Workload:
+        usage = presented.usage
+        key = (reading.namespace, reading.pod, reading.container)
+        idle = reading.idle_seconds is not None and reading.idle_seconds > self._idle_after
+        return Workload(container_row(usage.node, reading), self._kinds.label(usage, key), idle)
+
+    def _charts(
+        self, namespace: str, pod: str, nodes: Sequence[str], containers: Sequence[str]
+    ) -> list[Charts]:
+        end = time.time()
+        seconds = min(CHART_SECONDS, self._history.retention)
+        step = max(self._interval, seconds / CHART_POINTS)
+        start = math.floor((end - seconds) / step + 1) * step
+
+        def lines(family: str) -> list[RangeSeries]:
+            out: list[RangeSeries] = []
+            for node in nodes:
+                selector = ",".join(
+                    (matcher("node", node), matcher("namespace", namespace), matcher("pod", pod))
+                )
+                try:
+                    prepared = prepare_range(
+                        f"{family}{{{selector}}}", start, end, step, self._history, self._lookback
+                    )
+                    out += cast(list[RangeSeries], prepared.run())
+                except QueryError as exc:
+                    raise ViewError(503, f"the pod's history cannot be read: {exc}") from None
+            return out
+
+        memory = lines("hami_vgpu_memory_used_bytes")
+        utilisation = lines("hami_container_device_utilization_ratio")
+        out = []
+        for container in dict.fromkeys(containers):
+            title = f"{namespace}/{pod} container {container}"
+            out.append(
+                Charts(
+                    container,
+                    seconds,
+                    charts.line_chart(
+                        _series(memory, container, 1.0), f"{title}: memory used", units.size
+                    ),
+                    charts.line_chart(
+                        _series(utilisation, container, 0.01),
+                        f"{title}: SM utilisation",
+                        units.percent,
+                        top=1.0,
+                    ),
+                )
+            )
+        return out
+
+
+def _series(found: list[RangeSeries], container: str, scale: float) -> list[Series]:
+    """The lines of one container, one per vGPU, named by its card; ``scale`` to the unit."""
+    return [
+        Series(
+            f"vGPU {s.labels.get('vdevice_index', '?')} on {s.labels.get('device_uuid', '?')[:12]}",
+            [(t, v * scale) for t, v in s.points],
+        )
+        for s in found
+        if s.labels.get("container") == container
+    ]
+
+
+def _sum(values: Iterator[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _visible(presented: Presented, access: Access, namespace: str | None) -> bool:
+    usage = presented.usage
+    if namespace is not None and namespace not in usage.namespaces:
+        return False
+    return access.cluster or access.namespaces is None or bool(access.namespaces & usage.namespaces)
+
+
+def _keeps(labels: tuple[str, ...], access: Access, namespace: str | None) -> bool:
+    return access.sees(labels[0]) and namespace in (None, labels[0])
+
+
+def _rows(nodes: list[Presented], access: Access, namespace: str | None) -> Iterator[Row]:
+    """Every container vGPU of ``nodes`` the reader sees, in REST's order."""
+    for presented in nodes:
+        if not _visible(presented, access, namespace):
+            continue
+        for reading in presented.usage.containers:
+            if access.sees(reading.namespace) and namespace in (None, reading.namespace):
+                yield presented, reading
+
+
+def _unsorted(
+    nodes: list[Presented], access: Access, namespace: str | None, number: int
+) -> Page[Row]:
+    """The page of rows in REST's order, counting each node's rows from its key set and
+    reading only the nodes the page falls on."""
+    start, total = (number - 1) * PAGE_ROWS, 0
+    rows: list[Row] = []
+    for presented in nodes:
+        if not _visible(presented, access, namespace):
+            continue
+        shape = presented.usage.shape
+        every = access.cluster and namespace is None
+        kept = [] if every else [_keeps(c[0], access, namespace) for c in shape.containers]
+        count = len(shape.containers) if every else sum(kept)
+        if total + count > start and len(rows) < PAGE_ROWS:
+            readings = presented.usage.containers  # in the shape's order
+            chosen = (
+                list(readings) if every else [r for r, k in zip(readings, kept, strict=True) if k]
+            )
+            skip = max(start - total, 0)
+            rows += [(presented, r) for r in chosen[skip : skip + PAGE_ROWS - len(rows)]]
+        total += count
+    return Page(rows, total, number)
