@@ -59,6 +59,7 @@ class SimulatedNode:
         self._tick: int | None = None
         self._epoch: int | None = None
         self._profiles: dict[tuple[str, str, int], Profile] = {}
+        self._kept: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -78,6 +79,18 @@ class SimulatedNode:
         if value != self._weird_labels:
             self._weird_labels = value
             self.revision += 1
+
+    def keep(self, allocation: Allocation) -> None:
+        """Add ``allocation`` as a pod of its own that never ends at a churn point."""
+        if allocation.card not in {card.index for card in self.cards}:
+            raise ValueError(
+                f"node {self.name}: allocation references unknown card {allocation.card}"
+            )
+        if allocation.pod_uid in {a.pod_uid for a in self.allocations}:
+            raise ValueError(f"node {self.name}: pod {allocation.pod_uid} is already placed")
+        self.allocations.append(allocation)
+        self._kept.add(allocation.pod_uid)
+        self.refresh_cards()
 
     def refresh_cards(self) -> None:
         """Derive each card's host readings from the allocations it backs.
@@ -102,9 +115,9 @@ class SimulatedNode:
 
         Readings are a function of the whole second ``floor(now)``, so repeated
         calls within one second change nothing. Every :attr:`CHURN_PERIOD_S`
-        seconds each pod ends with :attr:`CHURN_PROBABILITY` and a new pod with
-        the same shape (containers, vGPUs, cards) takes its place, so the number
-        of allocations never changes. The first call only sets the readings.
+        seconds each pod (but those :meth:`keep` added) ends with
+        :attr:`CHURN_PROBABILITY` and a new pod with the same shape (containers,
+        vGPUs, cards) takes its place, so the number of allocations never changes. The first call only sets the readings.
         Card readings are then re-derived (:meth:`refresh_cards`); a node built by
         hand keeps the card readings it was given until its first step.
         """
@@ -161,7 +174,10 @@ class SimulatedNode:
         pods: dict[str, list[Allocation]] = {}
         for allocation in self.allocations:
             pods.setdefault(allocation.pod_uid, []).append(allocation)
-        ending = [uid for uid in pods if rng.random() < self.CHURN_PROBABILITY]
+        # Every pod draws, kept or not, so keeping one changes no other pod's fate.
+        ending = [
+            uid for uid in pods if rng.random() < self.CHURN_PROBABILITY and uid not in self._kept
+        ]
         if not ending:
             return
         taken = {(a.namespace, a.pod) for a in self.allocations}

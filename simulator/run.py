@@ -32,6 +32,7 @@ from simulator.cluster import build_cluster
 from simulator.families import MONITORS
 from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
+from simulator.workload import full_pod
 
 DRA_NODES = 2
 PLUGIN_NODE = "gpu-plugin-01"
@@ -106,11 +107,12 @@ def demo_app(
     """The demo's app, to be served on ``listen`` (HOST:PORT), and what to tell its user.
 
     ``folder`` holds the targets file, the push token and the agents' region
-    files while the app runs. The first line names the status page.
+    files while the app runs. The first line names the overview, the second the status page.
     """
     host, port = parse_listen(listen)
     cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=MONITORS)
     monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
+    monitored[0].keep(full_pod(1, monitored[0].name, card=0))  # HamiVGPUMemoryNearLimit fires
     flaky = monitored[-1].name if nodes > 1 else None
     agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]
     base = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
@@ -134,7 +136,8 @@ def demo_app(
     app.cleanup_ctx.append(attributed_context(plugin, base, token, interval))
     kinds = ", ".join(f"{n.name} ({n.flavour})" for n in monitored)
     lines = [
-        f"Status page: {base}/",
+        f"Overview: {base}/",
+        f"Status page: {base}/status",
         f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}",
         f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name},"
         f" {PLUGIN_NODE} (NVIDIA device plugin: a whole card, time-sharing, MIG, a host process)",

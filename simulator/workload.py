@@ -204,6 +204,37 @@ def new_pod(
     return allocations
 
 
+FULL_NAMESPACE = "team-a"
+FULL_CONTAINER = "cuda"
+_FULL_LIMIT = 4096 * MIB
+
+
+def full_pod(seed: int, node: str, card: int) -> Allocation:
+    """A busy container of ``team-a`` on ``card`` whose vGPU memory is full, and stays full.
+
+    HAMi-core reports a container's limit as its card's total memory, so a
+    framework that reserves the card's memory up front (TensorFlow does by
+    default) takes its whole limit at start and holds it.
+    """
+    rng = random.Random(f"full|{seed}|{node}")
+    context = _CONTEXTS[1]
+    return Allocation(
+        namespace=FULL_NAMESPACE,
+        pod=f"fill-{node}",
+        pod_uid=_pod_uid(rng),
+        container=FULL_CONTAINER,
+        card=card,
+        vdevice_index=0,
+        limit=_FULL_LIMIT,
+        used=_FULL_LIMIT,
+        context=context,
+        module=0,
+        buffer=_FULL_LIMIT - context,
+        sm_util=rng.randint(40, 90),
+        last_kernel_time=None,  # a busy container: each step sets it to now
+    )
+
+
 def _triangle(x: float) -> float:
     """A triangle wave of period 1 with values in [-1, 1]."""
     fraction = x - math.floor(x)
@@ -261,12 +292,14 @@ def new_profile(seed: int, node: str, allocation: Allocation) -> Profile:
         allocation.buffer,
         0,
     )
+    # A buffer that fills its room was taken whole up front and is held (full_pod()).
+    moves = busy and allocation.buffer < room
     return Profile(
         busy=busy,
         base_buffer=allocation.buffer,
         room=room,
         offset=offset,
-        amplitude=allocation.buffer * rng.uniform(0.05, 0.3) if busy else 0.0,
+        amplitude=allocation.buffer * rng.uniform(0.05, 0.3) if moves else 0.0,
         period=rng.uniform(120.0, 900.0),
         phase=rng.random(),
         base_util=allocation.sm_util,

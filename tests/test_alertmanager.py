@@ -1,18 +1,27 @@
 """The shipped alerts through a real Alertmanager 0.25, routed per namespace to webhooks.
 
 The demo (``simulator.run.demo_app``) serves its cluster; a real vmalert 1.79
-evaluates ``rules/hami-usage.rules.yaml`` as shipped against the demo's
-``/prometheus`` and notifies a real Alertmanager started on 127.0.0.1 with
-``rules/alertmanager.example.yml``, its webhook URLs pointed at a sink in this
-test (and its group waits shortened: they only delay the first notification).
+evaluates ``rules/hami-usage.rules.yaml`` against the demo's ``/prometheus``
+and notifies a real Alertmanager started on 127.0.0.1 with
+``rules/alertmanager.example.yml``: its routes as shipped, its webhook URLs
+pointed at a sink in this test and its group waits shortened (they only delay
+the first notification).
 
-``HamiGPUXidError`` (no ``for:``) reaches the sink: the demo's device-plugin
-node posts an XID as it starts. It carries ``node`` but no namespace: the
-cluster's operators get it. Every other notification that arrives meanwhile must
-be at the receiver its namespace routes to. (The namespaced alerts,
-``HamiVGPUMemoryNearLimit`` with ``for: 5m`` and ``HamiGPUAllocationIdle`` after
-two idle hours, do not fire within a test's time on the demo, and vmalert 1.79
-has no flag that shortens a ``for:``.)
+vmalert 1.79 has no flag that shortens a ``for:`` (its ``-remoteRead.url``
+restores the pending time of an alert from an earlier run, which this test
+would have to forge), and ``HamiVGPUMemoryNearLimit`` waits 5 minutes. So
+the test loads a copy of the shipped file, made here, with every ``for:`` set
+to ``0s``: the expressions, labels and annotations stay the shipped ones.
+
+Two alerts must arrive. ``HamiVGPUMemoryNearLimit`` for the demo's container
+of ``team-a`` that has filled its vGPU memory limit
+(:func:`simulator.workload.full_pod`), with its ``node``, ``namespace``,
+``pod`` and ``container``, at the ``team-a`` receiver alone; and
+``HamiGPUXidError`` (no ``for:``), posted by the demo's device-plugin node as
+it starts, with ``node`` and no namespace, at the cluster's operators. Every
+notification that arrives meanwhile (without ``for:``, other alerts fire on the
+demo as it starts up, and random containers may cross 95 %) must be at the
+receiver its namespace routes to, and nowhere else.
 
 The recording rules of the file need a remote-write destination: a sink that
 accepts everything.
@@ -23,7 +32,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,9 +40,10 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from helpers import eventually, real_vmalert, reserved_port, serving
+from helpers import eventually, real_vmalert, reserved_port, running_demo, serving
 
-from simulator.run import PLUGIN_NODE, demo_app
+from simulator.run import PLUGIN_NODE
+from simulator.workload import full_pod
 from testing.processes import stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +54,9 @@ ALERTMANAGER = BIN / "prometheus-alertmanager"
 AMTOOL = BIN / "amtool"
 TEMPLATES = ROOT / ".tools" / "alertmanager" / "usr" / "share" / "prometheus" / "alertmanager"
 ALERTMANAGER_START_TIMEOUT = 30.0
+FULL_NODE = "gpu-node-001"
+"""The demo's first node, where it keeps its full container (one monitored node: no flaky one)."""
+ARRIVAL_TIMEOUT = 60.0
 
 
 def binary(path: Path) -> Path:
@@ -78,6 +91,18 @@ def receivers_at(sink: str, folder: Path) -> Path:
         [binary(AMTOOL), "check-config", path], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return path
+
+
+def rules_firing_at_once(folder: Path) -> Path:
+    """The shipped rules with every ``for:`` at ``0s``, nothing else changed."""
+    document = yaml.safe_load(RULES.read_text())
+    waits = [rule for group in document["groups"] for rule in group["rules"] if "for" in rule]
+    assert any(rule.get("alert") == "HamiVGPUMemoryNearLimit" for rule in waits)
+    for rule in waits:
+        rule["for"] = "0s"
+    path = folder / RULES.name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
 
@@ -143,75 +168,86 @@ class Sink:
         ]
 
 
+def routed_to(labels: dict[str, str]) -> str:
+    """The receiver the example's routes name for an alert with ``labels``."""
+    namespace = labels.get("namespace", "")
+    if not namespace:
+        return "cluster-operators"
+    if namespace == "team-a":
+        return "team-a"
+    return "teams" if namespace.startswith("team-") else "platform"
+
+
 async def _accept(_: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@pytest.fixture
-async def demo(tmp_path: Path) -> AsyncIterator[str]:
-    """The demo's app on a loopback port, as tests/test_demo_attribution.py serves it."""
-    (tmp_path / "demo").mkdir()
-    with reserved_port() as port:
-        app, _ = demo_app(f"127.0.0.1:{port}", 1, 1.0, tmp_path / "demo")
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            await runner.cleanup()
-
-
-async def test_alerts_reach_the_webhooks_routed_per_namespace(demo: str, tmp_path: Path) -> None:
+async def test_alerts_reach_the_webhooks_routed_per_namespace(tmp_path: Path) -> None:
     binary(ALERTMANAGER)
+    full = full_pod(1, FULL_NODE, card=0)
     sink = Sink()
     hooks = web.Application()
     hooks.router.add_post("/{receiver}", sink.handle)
     writes = web.Application()
     writes.router.add_post("/api/v1/write", _accept)
-    async with serving(hooks) as hooks_url, serving(writes) as writes_url:
+    (tmp_path / "demo").mkdir()
+    async with (
+        running_demo(tmp_path / "demo", 1, 1.0) as (demo, _),
+        serving(hooks) as hooks_url,
+        serving(writes) as writes_url,
+    ):
         config = receivers_at(hooks_url, tmp_path)
         with (
             real_alertmanager(tmp_path, config) as alertmanager,
             real_vmalert(
                 tmp_path,
-                RULES,
+                rules_firing_at_once(tmp_path),
                 f"{demo}/prometheus",
                 alertmanager,
                 args=(f"-remoteWrite.url={writes_url}", "-remoteWrite.flushInterval=1s"),
             ),
         ):
 
-            async def arrived() -> bool:
+            async def full_arrived() -> bool:
+                near = sink.alerts("team-a", "HamiVGPUMemoryNearLimit")
+                return any(labels["pod"] == full.pod for labels in near)
+
+            async def xid_arrived() -> bool:
                 return bool(sink.alerts("cluster-operators", "HamiGPUXidError"))
 
             try:
-                await eventually(arrived, 60, "HamiGPUXidError at the cluster's webhook")
-            except AssertionError:
+                await eventually(full_arrived, ARRIVAL_TIMEOUT, "the full container at team-a")
+                await eventually(xid_arrived, ARRIVAL_TIMEOUT, "HamiGPUXidError at the cluster's")
+            except AssertionError as error:
                 log = (tmp_path / "vmalert.log").read_text(errors="replace")
                 raise AssertionError(
-                    f"received: {sink.received}\nvmalert:\n{log[-4000:]}"
+                    f"{error}\nreceived: {sink.received}\nvmalert:\n{log[-4000:]}"
                 ) from None
 
+    [near, *_] = [
+        labels
+        for labels in sink.alerts("team-a", "HamiVGPUMemoryNearLimit")
+        if labels["pod"] == full.pod
+    ]
+    assert near["node"] == FULL_NODE
+    assert near["namespace"] == full.namespace == "team-a"
+    assert near["container"] == full.container
+    assert near["vdevice_index"] == "0"
+    assert near["device_uuid"].startswith("GPU-")
+    assert near["severity"] == "warning"
     [xid, *_] = sink.alerts("cluster-operators", "HamiGPUXidError")
     assert xid["node"] == PLUGIN_NODE
     assert xid["xid"]
     assert xid["device_uuid"]
     assert xid["severity"] == "warning"
     assert "namespace" not in xid
-    # Namespaced alerts never reach the cluster's receiver, and each receiver gets its own.
+    # Each alert reached only the receiver its namespace routes to (the full
+    # container's: team-a, not teams, platform or the cluster's), grouped per
+    # namespace and alert name.
     for receiver, body in sink.received:
         for alert in body["alerts"]:
-            namespace = alert["labels"].get("namespace", "")
-            if receiver == "cluster-operators":
-                assert namespace == "", alert
-            elif receiver in ("teams", "team-a"):
-                assert namespace.startswith("team-"), alert
+            assert receiver == routed_to(alert["labels"]), (receiver, alert)
+            if receiver != "cluster-operators":
                 assert alert["labels"]["node"], alert
                 assert alert["labels"]["pod"], alert
-            else:
-                assert receiver == "platform", receiver
-                assert namespace, alert
-                assert not namespace.startswith("team-"), alert
-        # Grouped per namespace and alert name.
         assert set(body["groupLabels"]) <= {"namespace", "alertname"}, body
