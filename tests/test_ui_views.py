@@ -1,0 +1,308 @@
+"""The nodes, workloads and namespaces views at the handler level: their rows against REST's,
+pages, sorting, filters, refused parameters, unknown names, hostile label values, tenants.
+
+Each test serves the real app (``build_app``) holding pushed batches, nothing
+scraped; a test middleware sets the reader from ``X-Test-Tenant`` as the read
+authorization middleware would from a token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
+from helpers import serving
+
+from collector import labelsets, schema
+from collector.app import STORE, build_app
+from collector.batch import Batch, Source
+from collector.schema import SourceKind
+from collector.settings import CollectorSettings
+from collector.web.access import ACCESS, Access
+
+HOSTILE = '<script>alert("x")</script>&amp;'
+GIB = 1 << 30
+
+
+class Rows(HTMLParser):
+    """Each ``<tr>`` with a ``data-*`` attribute: those attributes and its cells' text."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[tuple[dict[str, str], list[str]]] = []
+        self.links: list[str] = []
+        self._cell = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        if tag == "tr" and any(k.startswith("data-") for k in found):
+            self.rows.append(({k.removeprefix("data-"): v for k, v in found.items()}, []))
+        elif tag == "td" and self.rows:
+            self.rows[-1][1].append("")
+            self._cell = True
+        elif tag == "a" and "href" in found:
+            self.links.append(found["href"])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "tr"):
+            self._cell = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell:
+            self.rows[-1][1][-1] += data
+
+    def of(self, name: str) -> list[str]:
+        return [attrs[name] for attrs, _ in self.rows if name in attrs]
+
+
+@web.middleware
+async def access_from_header(request: web.Request, handler: Any) -> web.StreamResponse:
+    header = request.headers.get("X-Test-Tenant")
+    if header is not None:
+        request[ACCESS] = Access(f"tenant:{header}", frozenset(header.split(",")))
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@dataclass(frozen=True)
+class Vgpu:
+    namespace: str
+    pod: str
+    container: str = "main"
+    used: int = GIB
+    allocated: int = 4 * GIB
+    cores: float = 0.25
+    idle: float = 0.0
+    kind: str = "vgpu"
+
+
+def batch(node: int, vgpus: Sequence[Vgpu], used: int = 10 * GIB) -> Batch:
+    """One card of 80 GiB with ``used`` bytes in use, and the container vGPUs on it."""
+    uuid = f"GPU-{node:04d}"
+    card = labelsets.card(0, "NVIDIA A100", uuid)
+    series = {
+        labelsets.key("hami_host_gpu_memory_used_bytes", card): float(used),
+        labelsets.key("hami_host_gpu_memory_total_bytes", card): 80.0 * GIB,
+        labelsets.key("hami_host_gpu_utilization_ratio", card): 40.0,
+        labelsets.key("hami_host_gpu_temperature_celsius", card): 61.0,
+        labelsets.key("hami_host_gpu_power_usage_watts", card): 215.0,
+    }
+    for v in vgpus:
+        labels = labelsets.vgpu(v.namespace, v.pod, v.container, 0, uuid)
+        info = labelsets.container_info(v.namespace, v.pod, v.container, v.kind)
+        series |= {
+            labelsets.key(schema.VGPU_MEMORY_USED, labels): float(v.used),
+            labelsets.key(schema.VGPU_UTILIZATION, labels): 20.0,
+            labelsets.key(schema.MEMORY_ALLOCATED, labels): float(v.allocated),
+            labelsets.key(schema.CORE_ALLOCATED, labels): v.cores,
+            labelsets.key(schema.IDLE, labels): v.idle,
+            labelsets.key(schema.GPU_INFO, info): 1.0,
+        }
+    return Batch(series, samples=len(series))
+
+
+def name(i: int) -> str:
+    return f"n-{i:03d}"
+
+
+@asynccontextmanager
+async def collector(
+    nodes: dict[str, Batch], retention: float = 3600.0
+) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    """The app holding ``nodes`` (each pushed twice, a minute apart, for the history)."""
+    settings = CollectorSettings(
+        listen="127.0.0.1:0", kubernetes=False, history_retention=retention
+    )
+    app = build_app(settings)
+    app.middlewares.append(access_from_header)
+    now = time.time()
+    for node, held in nodes.items():
+        source = Source(f"agent/{node}", f"agent {node}", node, SourceKind.AGENT, 0)
+        for sampled in (now - 60, now):
+            app[STORE].put(source, held, time.monotonic(), sampled)
+    async with serving(app) as base, aiohttp.ClientSession(base) as http:
+        yield base, http
+
+
+async def page(
+    http: aiohttp.ClientSession, path: str, tenant: str | None = None, status: int = 200
+) -> str:
+    headers = {} if tenant is None else {"X-Test-Tenant": tenant}
+    async with http.get(path, headers=headers) as resp:
+        text = await resp.text()
+        assert resp.status == status, (path, resp.status, text[-800:])
+        assert resp.content_type == "text/html"
+        return text
+
+
+async def rest(http: aiohttp.ClientSession, path: str, tenant: str | None = None) -> Any:
+    headers = {} if tenant is None else {"X-Test-Tenant": tenant}
+    async with http.get(path, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+
+def cluster(count: int) -> dict[str, Batch]:
+    """``count`` nodes, node i with i GiB in use and two pods (namespaces ns-a and ns-<i % 3>)."""
+    return {
+        name(i): batch(
+            i,
+            [Vgpu("ns-a", f"a-{i}", used=i * GIB), Vgpu(f"ns-{i % 3}", f"b-{i}", idle=400.0 * i)],
+            used=i * GIB,
+        )
+        for i in range(count)
+    }
+
+
+async def test_nodes_are_paged_sorted_and_filtered_as_rest() -> None:
+    async with collector(cluster(250)) as (_, http):
+        first = Rows(await page(http, "/nodes"))
+        assert first.of("node") == [name(i) for i in range(100)]
+        assert "/nodes?page=2" in first.links
+        last = Rows(await page(http, "/nodes?page=3"))
+        assert last.of("node") == [name(i) for i in range(200, 250)]
+        for query in ("sort=-memory_used_bytes", "sort=name&namespace=ns-1", "namespace=ns-2"):
+            shown = Rows(await page(http, f"/nodes?{query}")).of("node")
+            listed = await rest(http, f"/api/v1/nodes?{query}&limit=100")
+            assert shown == [n["name"] for n in listed["nodes"]], query
+        top = Rows(await page(http, "/nodes?sort=-memory_used_bytes"))
+        attrs, cells = top.rows[0]
+        assert attrs["node"] == name(249)
+        assert "249 GiB" in cells[3]
+        assert "80 GiB" in cells[4]
+        assert "/api/v1/nodes?sort=-memory_used_bytes" in top.links
+
+
+async def test_node_detail_shows_each_card_with_its_pods_and_readings() -> None:
+    held = {"n-1": batch(1, [Vgpu("ns-a", "p", kind="whole", cores=1.0), Vgpu("ns-b", "q")])}
+    async with collector(held) as (_, http):
+        html = await page(http, "/nodes/n-1")
+        rows = Rows(html)
+        assert sorted(rows.of("pod")) == ["p", "q"]
+        kinds = {attrs["pod"]: cells[3] for attrs, cells in rows.rows if "pod" in attrs}
+        assert kinds == {"p": "whole card", "q": "HAMi vGPU slice"}
+        assert "used 10 GiB, allocated 8 GiB, total 80 GiB" in html
+        assert "61 °C" in html
+        assert "215 W" in html
+        assert 'href="/workloads/ns-a/p"' in html
+        assert 'href="/api/v1/nodes/n-1"' in html
+
+
+async def test_workloads_pages_and_sorts_are_rests() -> None:
+    async with collector(cluster(120)) as (_, http):
+        for query in ("", "page=2", "sort=-idle_seconds", "sort=memory_used_bytes&page=2"):
+            shown = Rows(await page(http, f"/workloads?{query}"))
+            number = int(query.partition("page=")[2] or 1)
+            sort = query.partition("&")[0] if query.startswith("sort") else ""
+            listed = await rest(http, f"/api/v1/pods?{sort}")
+            expected = listed["containers"][(number - 1) * 100 : number * 100]
+            got = [(a["node"], a["namespace"], a["pod"]) for a, _ in shown.rows]
+            assert got == [(c["node"], c["namespace"], c["pod"]) for c in expected], query
+        assert listed["total"] == 240
+        filtered = Rows(await page(http, "/workloads?namespace=ns-1&node=n-004"))
+        assert [(a["namespace"], a["pod"]) for a, _ in filtered.rows] == [("ns-1", "b-4")]
+        _attrs, cells = filtered.rows[0]
+        assert cells[4] == "HAMi vGPU slice"
+        assert cells[5] == "4 GiB"
+        assert cells[6] == "1 GiB"
+        assert cells[7] == "25%"
+        assert "26.7 min" in cells[11]
+        assert "idle" in cells[11]
+
+
+async def test_a_pods_detail_charts_its_last_hour() -> None:
+    held = {"n-1": batch(1, [Vgpu("ns-a", "p", "one"), Vgpu("ns-a", "p", "two", used=3 * GIB)])}
+    async with collector(held) as (_, http):
+        html = await page(http, "/workloads/ns-a/p")
+        assert Rows(html).of("container") == ["one", "two"]
+        assert html.count('class="chart line-chart"') == 4
+        assert "ns-a/p container two: memory used" in html
+        assert 'href="/api/v1/namespaces/ns-a/pods/p"' in html
+        detail = await rest(http, "/api/v1/namespaces/ns-a/pods/p")
+        assert detail["memory_used_bytes"] == 4 * GIB
+        assert '<span class="pod-memory-used">4 GiB</span>' in html
+
+
+async def test_namespaces_is_the_chargeback_report() -> None:
+    async with collector(cluster(6)) as (_, http):
+        html = await page(http, "/namespaces?window=1h")
+        rows = Rows(html)
+        csv_links = [link for link in rows.links if "format=csv" in link]
+        assert len(csv_links) == 1
+        report = await rest(http, csv_links[0].replace("format=csv", "format=json"))
+        shown = {a["namespace"]: float(a["memory-allocated-byte-hours"]) for a, _ in rows.rows}
+        assert shown == {
+            g["labels"]["namespace"]: g["memory_allocated_byte_hours"] for g in report["groups"]
+        }
+        assert set(shown) == {"ns-a", "ns-0", "ns-1", "ns-2"}
+        async with http.get(csv_links[0]) as resp:
+            assert resp.status == 200
+            assert resp.content_type == "text/csv"
+
+
+async def test_bad_parameters_are_named_in_a_400() -> None:
+    async with collector(cluster(2)) as (_, http):
+        for path, said in (
+            ("/nodes?sort=bogus", "unknown field &#39;bogus&#39;"),
+            ("/nodes?page=0", "&#39;page&#39; must be a positive integer"),
+            ("/nodes?colour=red", "unknown query parameter &#39;colour&#39;"),
+            ("/workloads?page=x", "&#39;page&#39; must be a positive integer"),
+            ("/workloads?node=a&node=b", "&#39;node&#39; is given more than once"),
+            ("/workloads?sort=-health", "unknown field &#39;-health&#39;"),
+            ("/namespaces?window=2h", "&#39;window&#39; must be one of 1h, 6h, 24h, all"),
+            ("/nodes/n-000?x=1", "unknown query parameter &#39;x&#39;"),
+        ):
+            html = await page(http, path, status=400)
+            assert said in html, path
+
+
+async def test_unknown_nodes_and_pods_are_404() -> None:
+    async with collector(cluster(2)) as (_, http):
+        assert "no node &#39;nope&#39; has data" in await page(http, "/nodes/nope", status=404)
+        said = await page(http, "/workloads/ns-a/nope", status=404)
+        assert "no pod ns-a/nope has vGPU data" in said
+
+
+async def test_hostile_label_values_are_escaped_everywhere() -> None:
+    held = {HOSTILE: batch(1, [Vgpu(HOSTILE, HOSTILE, HOSTILE)])}
+    async with collector(held) as (_, http):
+        quoted = quote(HOSTILE, safe="")
+        for path in (
+            "/nodes",
+            f"/nodes/{quoted}",
+            "/workloads",
+            f"/workloads/{quoted}/{quoted}",
+            "/namespaces",
+        ):
+            html = await page(http, path)
+            assert HOSTILE not in html, path
+            assert "<script>alert" not in html, path
+            assert "&lt;script&gt;" in html, path
+        assert Rows(await page(http, "/workloads")).of("pod") == [HOSTILE]
+
+
+async def test_a_tenant_sees_only_its_namespaces() -> None:
+    async with collector(cluster(9)) as (_, http):
+        nodes = Rows(await page(http, "/nodes", tenant="ns-1")).of("node")
+        listed = await rest(http, "/api/v1/nodes", tenant="ns-1")
+        assert nodes == [n["name"] for n in listed["nodes"]] == [name(i) for i in (1, 4, 7)]
+        shown = Rows(await page(http, "/workloads", tenant="ns-1"))
+        assert {a["namespace"] for a, _ in shown.rows} == {"ns-1"}
+        assert len(shown.rows) == 3
+        sorted_rows = Rows(await page(http, "/workloads?sort=pod", tenant="ns-1"))
+        assert sorted_rows.of("pod") == ["b-1", "b-4", "b-7"]
+        detail = await page(http, "/nodes/n-001", tenant="ns-1")
+        assert Rows(detail).of("pod") == ["b-1"]
+        assert "80 GiB" not in detail  # the card's readings are the cluster's
+        await page(http, "/nodes/n-002", tenant="ns-1", status=404)
+        await page(http, "/workloads/ns-a/a-1", tenant="ns-1", status=404)
+        groups = Rows(await page(http, "/namespaces", tenant="ns-1")).of("namespace")
+        assert groups == ["ns-1"]
