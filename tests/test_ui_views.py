@@ -32,18 +32,28 @@ GIB = 1 << 30
 
 
 class Rows(HTMLParser):
-    """Each ``<tr>`` with a ``data-*`` attribute: those attributes and its cells' text."""
+    """Each ``<tr>`` with a ``data-*`` attribute: those attributes and its cells' text; the
+    links; each card's used memory (``<section data-device-uuid>``); the line charts."""
 
     def __init__(self, html: str) -> None:
         super().__init__(convert_charrefs=True)
         self.rows: list[tuple[dict[str, str], list[str]]] = []
         self.links: list[str] = []
+        self.cards: dict[str, int | None] = {}
+        self.charts = self.polylines = 0
         self._cell = False
         self.feed(html)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = {k: v or "" for k, v in attrs}
-        if tag == "tr" and any(k.startswith("data-") for k in found):
+        if tag == "section" and "data-device-uuid" in found:
+            memory = found.get("data-memory-used-bytes", "")
+            self.cards[found["data-device-uuid"]] = int(memory) if memory else None
+        elif tag == "svg" and "line-chart" in found.get("class", "").split():
+            self.charts += 1
+        elif tag == "polyline" and found.get("points"):
+            self.polylines += 1
+        elif tag == "tr" and any(k.startswith("data-") for k in found):
             self.rows.append(({k.removeprefix("data-"): v for k, v in found.items()}, []))
         elif tag == "td" and self.rows:
             self.rows[-1][1].append("")
@@ -188,7 +198,7 @@ async def test_node_detail_shows_each_card_with_its_pods_and_readings() -> None:
         rows = Rows(html)
         assert sorted(rows.of("pod")) == ["p", "q"]
         kinds = {attrs["pod"]: cells[3] for attrs, cells in rows.rows if "pod" in attrs}
-        assert kinds == {"p": "whole card", "q": "HAMi vGPU slice"}
+        assert kinds == {"p": "whole card", "q": "HAMi vGPU"}
         assert "used 10 GiB, allocated 8 GiB, total 80 GiB" in html
         assert "61 °C" in html
         assert "215 W" in html
@@ -210,7 +220,7 @@ async def test_workloads_pages_and_sorts_are_rests() -> None:
         filtered = Rows(await page(http, "/workloads?namespace=ns-1&node=n-004"))
         assert [(a["namespace"], a["pod"]) for a, _ in filtered.rows] == [("ns-1", "b-4")]
         _attrs, cells = filtered.rows[0]
-        assert cells[4] == "HAMi vGPU slice"
+        assert cells[4] == "HAMi vGPU"
         assert cells[5] == "4 GiB"
         assert cells[6] == "1 GiB"
         assert cells[7] == "25%"
@@ -224,6 +234,8 @@ async def test_a_pods_detail_charts_its_last_hour() -> None:
         html = await page(http, "/workloads/ns-a/p")
         assert Rows(html).of("container") == ["one", "two"]
         assert html.count('class="chart line-chart"') == 4
+        assert "no data in the history yet" not in html
+        assert "GPU-0001: latest 3 GiB" in html  # the chart's text alternative
         assert "ns-a/p container two: memory used" in html
         assert 'href="/api/v1/namespaces/ns-a/pods/p"' in html
         detail = await rest(http, "/api/v1/namespaces/ns-a/pods/p")

@@ -16,7 +16,7 @@ from collector.exposition.render import key_labels
 from collector.web.usage import NodeUsage
 
 LABELS: Mapping[str, str] = {
-    "vgpu": "vGPU slice",
+    "vgpu": "vGPU",
     "whole": "whole card",
     "mig": "MIG instance",
     "fraction": "KAI fraction",
@@ -51,7 +51,7 @@ class Kinds:
             return "unknown"
         if kind == "vgpu":
             volcano = any(h.source.kind is schema.SourceKind.VOLCANO for h in usage.view.sources)
-            return f"{'Volcano' if volcano else 'HAMi'} vGPU slice"
+            return f"{'Volcano' if volcano else 'HAMi'} vGPU"
         return LABELS.get(kind, kind)
 
     def prune(self, live: set[str]) -> None:

@@ -35,8 +35,9 @@ PAGE = template("""
 {{ clock(report.end) }} UTC ({{ (report.end - report.start)|duration }}, a point every {{ report.step_seconds|duration }}).</p>
 <nav class="filters" aria-label="window">Window:
 {%- for name in windows %}
-<a href="{{ query.href('/namespaces', window=name, page=None) }}"{% if name == window %} class="on" aria-current="true"{% endif %}>
-{{- 'all the history holds' if name == 'all' else 'last ' ~ name }}</a>
+{%- set label = 'all the history holds' if name == 'all' else 'last ' ~ name %}
+{% if name == window %}<strong aria-current="true">{{ label }}</strong>
+{%- else %}<a href="{{ query.href('/namespaces', window=name, page=None) }}">{{ label }}</a>{% endif %}
 {%- endfor %}</nav>
 {%- if short %}<p class="muted">The history holds only the last {{ retention|duration }}: the report covers that.</p>{% endif %}
 <p>Download this report: <a class="csv" href="{{ csv }}">CSV</a> (<a href="{{ rest }}">JSON</a>).</p>

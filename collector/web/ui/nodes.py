@@ -46,7 +46,7 @@ LIST = template("""
 </tr></thead>
 <tbody>
 {%- for n in page.rows %}
-<tr class="node" data-node="{{ n.name }}">
+<tr class="node" data-node="{{ n.name }}" data-memory-used-bytes="{{ n.memory_used_bytes if n.memory_used_bytes is not none else '' }}">
 <td><a href="/nodes/{{ segment(n.name) }}">{{ n.name }}</a></td>
 <td><span class="state state-{{ n.health }}">{{ n.health }}</span></td>
 <td class="num">{{ n.card_count|count }}{% if n.card_types %} <span class="muted">{{ n.card_types|join(', ') }}</span>{% endif %}</td>
@@ -91,7 +91,7 @@ utilisation {{ node.utilization_average_percent|percent_100 }};
 {{ node.container_count|count }} containers; data {{ node.data_age_seconds|duration }} old
 {%- if node.sources %}; fed by {% for s in node.sources %}{{ s.name }} ({{ s.kind }}){% if not loop.last %}, {% endif %}{% endfor %}{% endif %}.</p>
 {%- for card in cards %}
-<section class="card" data-device-uuid="{{ card.usage.device_uuid }}">
+<section class="card" data-device-uuid="{{ card.usage.device_uuid }}" data-memory-used-bytes="{{ card.usage.memory_used_bytes if card.usage.memory_used_bytes is not none else '' }}">
 <h2>Card {{ card.usage.index if card.usage.index is not none else '?' }}
 {% if card.usage.model or card.usage.device_type %}<span class="muted">{{ card.usage.model or card.usage.device_type }}</span>{% endif %}
 <span class="muted uuid">{{ card.usage.device_uuid }}</span></h2>

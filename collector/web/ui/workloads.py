@@ -67,7 +67,7 @@ LIST = template("""
 <tbody>
 {%- for w in page.rows %}
 {%- set r = w.row %}
-<tr class="workload" data-namespace="{{ r.namespace }}" data-pod="{{ r.pod }}" data-node="{{ r.node }}">
+<tr class="workload" data-namespace="{{ r.namespace }}" data-pod="{{ r.pod }}" data-container="{{ r.container }}" data-node="{{ r.node }}" data-memory-allocated-bytes="{{ r.memory_allocated_bytes if r.memory_allocated_bytes is not none else '' }}">
 <td>{{ r.namespace }}</td>
 <td><a href="/workloads/{{ segment(r.namespace) }}/{{ segment(r.pod) }}">{{ r.pod }}</a></td>
 <td>{{ r.container }}</td>
@@ -96,7 +96,7 @@ memory used <span class="pod-memory-used">{{ memory_used|size }}</span> of
 <th scope="col">Cores allocated</th><th scope="col">SM utilisation</th><th scope="col">Idle</th></tr></thead>
 <tbody>
 {%- for w in rows %}{% set r = w.row %}
-<tr class="container" data-container="{{ r.container }}">
+<tr class="container" data-container="{{ r.container }}" data-memory-allocated-bytes="{{ r.memory_allocated_bytes if r.memory_allocated_bytes is not none else '' }}">
 <td>{{ r.container }}</td><td class="num">{{ r.vdevice_index if r.vdevice_index is not none else units.MISSING }}</td>
 <td>{{ r.node }}</td><td class="uuid">{{ r.device_uuid }}</td><td>{{ w.kind }}</td>
 <td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
@@ -257,10 +257,11 @@ class WorkloadViews:
     def _charts(
         self, namespace: str, pod: str, nodes: Sequence[str], containers: Sequence[str]
     ) -> list[Charts]:
+        # the last step is now, so a pod's newest readings are its charts' last points
         end = time.time()
         seconds = min(CHART_SECONDS, self._history.retention)
         step = max(self._interval, seconds / CHART_POINTS)
-        start = math.floor((end - seconds) / step + 1) * step
+        start = end - math.floor(seconds / step - 1) * step
 
         def lines(family: str) -> list[RangeSeries]:
             out: list[RangeSeries] = []
