@@ -64,6 +64,8 @@ from collector.web.status import DISCOVERY, PANELS, StatusPage
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.namespaces import NamespaceView
 from collector.web.ui.nodes import NodeViews
+from collector.web.ui.overview import Overview
+from collector.web.ui.trend import Trend
 from collector.web.ui.workloads import WorkloadViews
 from collector.web.webconfig import TLSReloads, WebConfig, web_middleware
 from core import heap, malloc
@@ -164,6 +166,15 @@ def build_app(
     app.router.add_routes(
         NamespaceView(chargeback, nodes, settings.history_retention, interval).routes()
     )
+    trend = Trend(
+        store.history,
+        interval,
+        settings.lookback,
+        settings.query_timeout,
+        settings.query_max_samples,
+    )
+    app.router.add_routes(Overview(store, nodes, interval, trend, SCRAPER).routes())
+    app.cleanup_ctx.append(trend.running)
     app[DISCOVERY] = []
     app[PANELS] = []
     status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)

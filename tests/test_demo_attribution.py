@@ -22,7 +22,7 @@ async def test_every_pod_of_the_plugin_node_shows_usage_next_to_its_allocation(
     tmp_path: Path,
 ) -> None:
     async with running_demo(tmp_path, 2, 1.0) as (served, lines):
-        assert PLUGIN_NODE in lines[2]
+        assert PLUGIN_NODE in lines[3]
         base = served
         async with aiohttp.ClientSession() as http:
             rows: list[dict[str, Any]] = []

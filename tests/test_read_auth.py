@@ -150,7 +150,7 @@ async def test_a_tenant_reads_only_its_namespace_on_every_surface(reads: Reads) 
     shown = [c for card in detail["cards"] for c in card["containers"]]
     assert [c["namespace"] for c in shown] == ["team-a"]
     assert all(card["memory_used_bytes"] is None for card in detail["cards"])
-    for path in ("/", "/api/v1/shards"):
+    for path in ("/status", "/api/v1/shards"):
         status, _ = await reads.get(path, reads.tenant)
         assert status == 403, path
 
@@ -168,7 +168,7 @@ async def test_no_token_a_bad_one_and_forged_headers_read_nothing(reads: Reads) 
     assert body["errorType"] == "unauthorized"
     assert "Traceback" not in str(body)
     forged = {"X-Forwarded-User": READER, "Impersonate-User": READER, "X-Remote-User": READER}
-    for path in ("/metrics", "/api/v1/pods", "/"):
+    for path in ("/metrics", "/api/v1/pods", "/status"):
         status, _ = await reads.get(path, None, **forged)
         assert status == 401, path
         status, _ = await reads.get(path, reads.tenant, **forged)

@@ -1,4 +1,4 @@
-"""The status page (``GET /``): filters, pages, escaping, and the demo in a real browser.
+"""The status page (``GET /status``): filters, pages, escaping, and the demo in a real browser.
 
 The browser is Debian's chromium, headless, fetched into .tools by ``make tools``:
 it loads the page the demo serves, the test reads the DOM it built and keeps a
@@ -104,16 +104,16 @@ async def with_agents(nodes: list[str]) -> AsyncIterator[tuple[str, web.Applicat
 async def test_pages_are_bounded_and_link_onwards() -> None:
     nodes = [f"n-{i:03d}" for i in range(PAGE_ROWS * 2 + 50)]
     async with with_agents(nodes) as (base, _), aiohttp.ClientSession() as http:
-        status, first = await get(http, f"{base}/")
+        status, first = await get(http, f"{base}/status")
         assert status == 200
         assert Rows(first).nodes() == nodes[:PAGE_ROWS]
-        assert 'href="/?page=2"' in first
+        assert 'href="/status?page=2"' in first
         assert "previous" not in first
-        _, last = await get(http, f"{base}/?page=3")
+        _, last = await get(http, f"{base}/status?page=3")
         assert Rows(last).nodes() == nodes[PAGE_ROWS * 2 :]
-        assert 'href="/?page=2"' in last
+        assert 'href="/status?page=2"' in last
         assert "next" not in last
-        _, past = await get(http, f"{base}/?page=9")
+        _, past = await get(http, f"{base}/status?page=9")
         assert Rows(past).nodes() == []
         assert "No source matches." in past
 
@@ -121,14 +121,14 @@ async def test_pages_are_bounded_and_link_onwards() -> None:
 async def test_filters_by_node_kind_and_state() -> None:
     nodes = [f"n-{i:03d}" for i in range(150)]
     async with with_agents(nodes) as (base, _), aiohttp.ClientSession() as http:
-        _, some = await get(http, f"{base}/?node=n-12")
+        _, some = await get(http, f"{base}/status?node=n-12")
         assert Rows(some).nodes() == [f"n-12{i}" for i in range(10)]
-        _, agents = await get(http, f"{base}/?kind=agent&state=up&node=n-0")
+        _, agents = await get(http, f"{base}/status?kind=agent&state=up&node=n-0")
         assert Rows(agents).nodes() == nodes[:100]
         assert all(row["state"] == "up" for row in Rows(agents).rows)
-        _, none = await get(http, f"{base}/?kind=hami")
+        _, none = await get(http, f"{base}/status?kind=hami")
         assert Rows(none).nodes() == []
-        _, failing = await get(http, f"{base}/?state=failing")
+        _, failing = await get(http, f"{base}/status?state=failing")
         assert Rows(failing).nodes() == []
 
 
@@ -154,7 +154,7 @@ async def test_nodes_with_allocations_but_no_usage_source_are_listed() -> None:
         )
         store.put(*allocation("gpu-fed", ("team-c", "seen-2")), time.monotonic())
         store.put(*allocation("gpu-gone-9", ("team-d", "eval-3")), time.monotonic())
-        status, html = await get(http, f"{base}/")
+        status, html = await get(http, f"{base}/status")
         assert status == 200
         section = Unreported(html)
         assert section.rows == {
@@ -165,13 +165,13 @@ async def test_nodes_with_allocations_but_no_usage_source_are_listed() -> None:
         assert "HamiNodeWithoutUsageSource" in html
         assert "seen-2" not in html
         # The node filter of the page narrows this section too.
-        _, narrowed = await get(http, f"{base}/", {"node": "gone"})
+        _, narrowed = await get(http, f"{base}/status", {"node": "gone"})
         assert Unreported(narrowed).rows == {"gpu-gone-9": ["team-d/eval-3"]}
         # A node that gains an agent leaves the section.
         store.put(agent_source("gpu-lost"), BATCH, time.monotonic())
-        _, later = await get(http, f"{base}/")
+        _, later = await get(http, f"{base}/status")
         assert Unreported(later).rows == {"gpu-gone-9": ["team-d/eval-3"]}
-        _, none = await get(http, f"{base}/", {"node": "fed"})
+        _, none = await get(http, f"{base}/status", {"node": "fed"})
         assert Unreported(none).rows == {}
         assert "Every node with allocations has a usage source." in none
 
@@ -215,7 +215,7 @@ class Unreported(HTMLParser):
 )
 async def test_a_bad_parameter_is_refused_by_name(query: str, named: str) -> None:
     async with with_agents(["n-1"]) as (base, _), aiohttp.ClientSession() as http:
-        status, text = await get(http, f"{base}/?{query}")
+        status, text = await get(http, f"{base}/status?{query}")
         assert status == 400
         assert text.startswith(f"bad request: {named} must be")
 
@@ -225,7 +225,7 @@ async def test_every_value_from_the_cluster_is_escaped() -> None:
         app[PANELS].append(
             lambda: Panel("Remote <b>write</b>", ("Name", "State"), [(HOSTILE, "up")])
         )
-        _, html = await get(http, f"{base}/", {"node": HOSTILE})
+        _, html = await get(http, f"{base}/status", {"node": HOSTILE})
         assert "<script>" not in html
         assert "<b>write" not in html
         assert html.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;amp;") >= 3
@@ -261,7 +261,7 @@ async def test_remote_write_destinations_show_their_state(tmp_path: Path) -> Non
 
                 async def shown() -> bool:
                     nonlocal html
-                    _, html = await get(http, f"{base}/")
+                    _, html = await get(http, f"{base}/status")
                     rows.clear()
                     rows.update((cells[0], cells) for cells in Rows(html).starting("http://"))
                     return (
@@ -300,13 +300,13 @@ async def test_a_failing_target_shows_its_error_and_the_file_discovery(tmp_path:
         farm.set_fault(broken, "500")
 
         async def shown() -> bool:
-            _, failing = await get(http, f"{base}/?state=failing")
-            _, up = await get(http, f"{base}/?state=up")
+            _, failing = await get(http, f"{base}/status?state=failing")
+            _, up = await get(http, f"{base}/status?state=up")
             healthy = [simulated[0].name, simulated[1].name]
             return Rows(failing).nodes() == [broken] and Rows(up).nodes() == healthy
 
         await eventually(shown, 20, "the broken target failing, the others up")
-        _, html = await get(http, f"{base}/?state=failing")
+        _, html = await get(http, f"{base}/status?state=failing")
         _, cells = Rows(html).row(broken, "kai")
         assert "http: HTTP 500 Internal Server Error" in cells[-1]
         assert "synced" in html
@@ -327,11 +327,11 @@ async def test_a_hostile_node_name_from_a_targets_file_is_escaped(tmp_path: Path
         ):
 
             async def scraped() -> bool:
-                _, html = await get(http, f"{base}/?state=up")
+                _, html = await get(http, f"{base}/status?state=up")
                 return Rows(html).nodes() == [HOSTILE]
 
             await eventually(scraped, 15, "the target scraped")
-            _, html = await get(http, f"{base}/")
+            _, html = await get(http, f"{base}/status")
             assert "<script>" not in html
 
 
@@ -346,14 +346,14 @@ async def test_discovery_shows_a_failing_watch_then_its_sync(
         watch = "hami pods 'app.kubernetes.io/component=hami-device-plugin' in all namespaces"
 
         async def shown(state: str) -> list[str] | None:
-            found = Rows((await get(http, f"{base}/"))[1]).starting(watch)
+            found = Rows((await get(http, f"{base}/status"))[1]).starting(watch)
             return found[0] if found and found[0][1] == state else None
 
         await eventually(lambda: _is_row(shown("error")), 10, "the watch failing")
         failing = await shown("error")
         assert failing is not None
         assert failing[3] == "API error 503 Service Unavailable"
-        _, html = await get(http, f"{base}/")
+        _, html = await get(http, f"{base}/status")
         assert "discovery has not synced" in html
         fake.set_down(False)
         await eventually(lambda: _is_row(shown("synced")), 30, "the watch synced")
@@ -371,7 +371,7 @@ async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
         targets.write_text("- targets: [127.0.0.1:9]\n  labels: {flavour: hami}\n")  # no node
 
         async def shown() -> list[str] | None:
-            found = Rows((await get(http, f"{base}/"))[1]).starting(f"targets file {targets}")
+            found = Rows((await get(http, f"{base}/status"))[1]).starting(f"targets file {targets}")
             return found[0] if found and found[0][1] == "error" else None
 
         await eventually(lambda: _is_row(shown()), 10, "the targets file's error")
@@ -396,8 +396,8 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
     with reserved_port() as port:
         app, lines = demo_app(f"127.0.0.1:{port}", 4, 2.0, folder)
         base = f"http://127.0.0.1:{port}"
-        assert lines[0] == f"Status page: {base}/"
-        flaky = lines[1].rpartition("flaky: ")[2]
+        assert lines[:2] == [f"Overview: {base}/", f"Status page: {base}/status"]
+        flaky = lines[2].rpartition("flaky: ")[2]
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
@@ -416,7 +416,7 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
                     "--window-size=1400,1000",
                     f"--screenshot={shot}",
                     "--dump-dom",
-                    f"{base}/",
+                    f"{base}/status",
                 )
                 rows = Rows(dom).rows
                 agents = [row["node"] for row in rows if row["kind"] == "agent"]

@@ -6,10 +6,12 @@ or refuses it. With ``--read-auth kubernetes`` a bearer token is checked with a
 TokenReview, then authorised with SubjectAccessReviews:
 
 - **cluster reader**: allowed ``get`` on the non-resource URL of the surface
-  asked (``/metrics``, ``/api/v1/*``, ``/prometheus/*``, ``/`` for the status
-  page): what a Prometheus service account gets in kube-prometheus;
+  asked (``/metrics``, ``/api/v1/*``, ``/prometheus/*``, ``/`` for the pages
+  for people: the overview, the views and the status page): what a Prometheus
+  service account gets in kube-prometheus;
 - **tenant**: otherwise, the namespaces holding GPU pods in which the identity
-  may ``list`` ``pods``; it reads only their series (never on the status page).
+  may ``list`` ``pods``; it reads only their series, and of the pages the
+  views (:data:`TENANT_PAGES`), never the status page.
 
 The verb is always ``get``: Grafana sends queries as POST forms, and a read is a
 read. Answers are cached per token and per identity for ``ttl`` seconds and
@@ -46,7 +48,10 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/api/v1/push"})
 SURFACES = (("/prometheus/", "/prometheus/*"), ("/api/v1/", "/api/v1/*"), ("/metrics", "/metrics"))
 """Path prefix -> the non-resource URL a cluster reader must be allowed to ``get``."""
 STATUS_SURFACE = "/"
-"""The status page and anything else: cluster readers only."""
+"""The pages for people (the overview, the views, ``/status``) and anything else."""
+TENANT_PAGES = ("/nodes", "/workloads", "/namespaces")
+"""Views a tenant reads (with ``/``, the overview), each filtered to its namespaces;
+every other page of :data:`STATUS_SURFACE` (``/status``) is for cluster readers only."""
 
 MAX_CACHED = 4096
 """Tokens, identities and (identity, namespace) verdicts kept at most, each."""
@@ -172,7 +177,7 @@ class KubernetesReads:
         surface = surface_of(request.path)
         if await self._verdict(user, ("path", surface), _path_review(user, surface)):
             return Access(user.name)
-        if surface == STATUS_SURFACE:
+        if surface == STATUS_SURFACE and not tenant_page(request.path):
             raise ReadRefused(403, "forbidden", "not allowed")
         namespaces = await self._tenant(user)
         if not namespaces:
@@ -260,6 +265,11 @@ def surface_of(path: str) -> str:
         if path.startswith(prefix):
             return surface
     return STATUS_SURFACE
+
+
+def tenant_page(path: str) -> bool:
+    """Whether ``path`` is a page a tenant may read: the overview or one of :data:`TENANT_PAGES`."""
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in TENANT_PAGES)
 
 
 def _path_review(user: User, path: str) -> client.V1SubjectAccessReview:

@@ -1,4 +1,4 @@
-"""GET /: the collector's status page, like Prometheus' /targets, server-rendered HTML.
+"""GET /status: the collector's status page, like Prometheus' /targets, server-rendered HTML.
 
 What the page knows it reads at request time from what the stages already
 keep: each scrape loop's :class:`~collector.sources.scrape.Health`, the
@@ -43,6 +43,9 @@ from collector.sources.targets import DiscoveryState
 from collector.store import Held, Store
 from collector.web.status_template import PAGE
 from core.tasks import Supervisor
+
+PATH = "/status"
+"""Where the page is served (the overview of usage has ``/``)."""
 
 PAGE_ROWS = 100
 """Sources shown on one page: the page stays small however large the cluster."""
@@ -155,7 +158,7 @@ class Query:
         }
         current.update(changes)
         kept = {k: v for k, v in current.items() if v != "" and not (k == "page" and v == 1)}
-        return "/?" + urlencode(kept) if kept else "/"
+        return f"{PATH}?{urlencode(kept)}" if kept else PATH
 
     def matches(self, node: str, kind: str, name: str, state: str) -> bool:
         """Whether a source passes the filters."""
@@ -280,8 +283,8 @@ class StatusPage:
         self._template = env.from_string(PAGE)
 
     def routes(self) -> list[web.RouteDef]:
-        """``GET /``."""
-        return [web.get("/", self.handle)]
+        """``GET /status``."""
+        return [web.get(PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.Response:
         """Serve one page of sources; 400 naming a bad parameter."""
@@ -381,6 +384,7 @@ class StatusPage:
 
 
 _LINKS = (
+    ("Overview", "/"),
     ("/metrics", "/metrics"),
     ("REST: nodes", "/api/v1/nodes"),
     ("REST: pods", "/api/v1/pods"),

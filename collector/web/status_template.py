@@ -70,7 +70,7 @@ form { display: inline; }
 {%- for label, href, on in kind_filters %}
 <a href="{{ href }}"{% if on %} class="on"{% endif %}>{{ label }}</a>
 {%- endfor %}
-<form method="get" action="/">
+<form method="get" action="/status">
 {%- for name, value in hidden %}<input type="hidden" name="{{ name }}" value="{{ value }}">{% endfor %}
 <input type="search" name="node" value="{{ node }}" placeholder="node contains" aria-label="node contains">
 <button>Filter</button></form>

@@ -20,7 +20,7 @@ from aiohttp import web
 from markupsafe import Markup, escape
 
 from collector.web.access import access_of
-from collector.web.ui import units
+from collector.web.ui import charts, units
 from collector.web.ui.layout_template import FRAME
 
 NAV = (
@@ -66,11 +66,13 @@ ENVIRONMENT.filters.update(
     cores=units.cores,
     count=units.count,
 )
+ENVIRONMENT.globals.update(bar=charts.bar, sparkline=charts.sparkline, units=units)
 _FRAME = ENVIRONMENT.from_string(FRAME)
 
 
 def template(source: str) -> jinja2.Template:
-    """A view's body template in the shared environment (autoescape on, units as filters)."""
+    """A view's body template in the shared environment: autoescape on, the units as
+    filters, ``bar``, ``sparkline`` and ``units`` as globals."""
     return ENVIRONMENT.from_string(source)
 
 

@@ -43,6 +43,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .tile .name { font-weight: 600; overflow-wrap: anywhere; }
 .tile.band-0 { background: #f4f5f7; } .tile.band-1 { background: #dbe8fb; } .tile.band-2 { background: #a9c8f3; }
 .tile.band-3 { background: #6d9fe6; } .tile.band-4 { background: #3b7bd9; color: #fff; }
+.tile .muted { color: inherit; opacity: .8; }
 .tile.failing, .tile.stale, .tile.unreported { border: 2px dashed #a51d2d; }
 .pages { margin: .6em 0; }
 footer { margin: 2em 1.5em; color: #6b7280; font-size: .9em; }
