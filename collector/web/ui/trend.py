@@ -107,7 +107,10 @@ class Trend:
             kept.task = asyncio.create_task(self._top_up(kept, namespaces))
         if kept.last == -math.inf and kept.task is not None:
             await asyncio.wait({kept.task}, timeout=FIRST_WAIT)
-        return {name: Series(name, kept.points.get(name, [])) for name in measures(namespaces)}
+        return {
+            name: Series(name, kept.points.get(name, []) + kept.live.get(name, []))
+            for name in measures(namespaces)
+        }
 
     async def running(self, app: web.Application) -> AsyncIterator[None]:
         """A cleanup context: once the app stops, every top-up in flight stops too."""
