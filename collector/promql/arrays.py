@@ -65,8 +65,9 @@ class Vec:
     present: BoolArray
     rank: IntArray | None = None
     maps: list[LabelSet] | None = None
-    """The rows' label sets as the storage keeps them (dict lookups are fast); they may still
-    hold ``__name__`` where ``labels`` lost it, and are None once labels change otherwise."""
+    """The rows' label sets as the storage keeps them (dict lookups are fast), and None once
+    labels change otherwise: while set, every row is labelled with its set's pairs, or every
+    row with them less ``__name__`` (:func:`~.values.drop_name`)."""
 
     @staticmethod
     def empty(steps: int) -> Vec:

@@ -30,11 +30,11 @@ from .plan import (
     SubqueryNode,
     string_literal,
 )
-from .ranges import RANGE_FUNCTIONS, check_smoothing
+from .ranges import RANGE_FUNCTIONS, TIMED, check_smoothing
 from .relabel import relabel
 from .select import Selection
 from .timing import QueryTimes, ref_mode, refs, subquery_refs, subquery_steps
-from .values import Labels, drop_name
+from .values import METRIC_NAME, Labels, drop_name
 
 RangeSource = tuple[list[Block], IntArray, IntArray, int]
 """A range vector argument: its blocks, their rows' output order, window ends per step, range."""
@@ -155,7 +155,7 @@ class Evaluator:
         index = next(i for i, a in enumerate(node.args) if a.value_type == "matrix")
         args = [self.scalar(a, at) for i, a in enumerate(node.args) if i != index]
         blocks, order, ends, range_ms = self._range_source(node, node.args[index], at)
-        windows = [lookup.Window(b, ends, range_ms, at) for b in blocks]
+        windows, stacked = lookup.windows(blocks, ends, range_ms, at, node.name in TIMED)
         if node.name == "absent_over_time":
             found = np.zeros(at.size, dtype=bool)
             for win in windows:
@@ -165,17 +165,16 @@ class Evaluator:
         if not windows:
             return Vec.empty(at.size)
         if node.name == "holt_winters":
-            counts = np.concatenate([win.count for win in windows])[order]
-            check_smoothing(counts, args[0], args[1])
+            counts = _unstacked(np.concatenate([win.count for win in windows]), stacked)
+            check_smoothing(counts[order], args[0], args[1])
         fn = RANGE_FUNCTIONS[node.name]
         parts = [fn(win, args) for win in windows]
-        every = [labels for b in blocks for labels in b.labels]
-        if node.name != "last_over_time":
-            every = [drop_name(labels) for labels in every]
-        values = np.concatenate([v for v, _ in parts])
-        present = np.concatenate([p for _, p in parts])
+        values = _unstacked(np.concatenate([v for v, _ in parts]), stacked)
+        present = _unstacked(np.concatenate([p for _, p in parts]), stacked)
         maps = lookup.maps_of(blocks)
-        return unique_overall(Vec(every, values, present, lookup.rank_of(order), maps))
+        every, distinct = _range_labels(blocks, maps is not None, node.name == "last_over_time")
+        vec = Vec(every, values, present, lookup.rank_of(order), maps)
+        return vec.compact() if distinct else unique_overall(vec)
 
     def _range_source(self, parent: CallNode, arg: Node, at: IntArray) -> RangeSource:
         """A range vector argument's blocks, output order, window ends and range."""
@@ -222,3 +221,24 @@ class Evaluator:
                 rows.append((labels, block.times[keep], block.values[row, keep]))
         ordered = [rows[i] for i in order.tolist()]
         return [row for row in ordered if row[1].size]
+
+
+def _unstacked(rows: np.ndarray, stacked: IntArray | None) -> np.ndarray:
+    """Rows of stacked windows back in their blocks' order (:func:`~.lookup.windows`)."""
+    return rows if stacked is None else rows[stacked]
+
+
+def _range_labels(blocks: list[Block], stored: bool, named: bool) -> tuple[list[Labels], bool]:
+    """A range function's labels of the blocks' rows, ``__name__`` dropped unless ``named``,
+    and whether they are known to be distinct without comparing them.
+
+    The storage's label sets (``stored``) are distinct, and stay so without a name
+    they all share: then the per-series check of :func:`unique_overall` is spared.
+    """
+    every = [labels for b in blocks for labels in b.labels]
+    if named:
+        return every, stored
+    shared = stored and every and every[0][:1] and every[0][0][0] == METRIC_NAME
+    if shared and len({labels[:1] for labels in every}) == 1:
+        return [labels[1:] for labels in every], True
+    return [drop_name(labels) for labels in every], False

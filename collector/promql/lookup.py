@@ -113,24 +113,80 @@ def _span(term: FloatArray, starts: IntArray, ends: IntArray) -> FloatArray:
     return sums
 
 
+def bounds(times: IntArray, refs: IntArray, range_ms: int) -> tuple[IntArray, IntArray]:
+    """Each window ``[ref - range, ref]``'s index bounds ``[lo, hi)`` on an axis of ``times``."""
+    lo = np.searchsorted(times, refs - range_ms, side="left")
+    return lo, np.searchsorted(times, refs, side="right")
+
+
+def windows(
+    blocks: list[Block], refs: IntArray, range_ms: int, at_steps: IntArray, timed: bool
+) -> tuple[list[Window], IntArray | None]:
+    """The blocks' windows, blocks whose windows have the same bounds stacked into one
+    :class:`Window`; and for each row of the blocks laid end to end, its row among the
+    windows' (None: the same). ``timed``: the function reads the points' times, so only
+    blocks of one time axis stack.
+
+    Why stacked: a node's series are a block of their own (each node is scraped
+    at its own times), and a range function costs a few dozen numpy calls a
+    block: 200 nodes took 200 times those. Nodes scraped at one interval mostly
+    share their windows' bounds, not their times.
+    """
+    groups: dict[bytes, list[int]] = {}
+    spans = []
+    for i, block in enumerate(blocks):
+        lo, hi = bounds(block.times, refs, range_ms)
+        spans.append((lo, hi))
+        axis = block.times.tobytes() if timed else block.times.size.to_bytes(8, "little")
+        groups.setdefault(axis + lo.tobytes() + hi.tobytes(), []).append(i)
+    made = []
+    for members in groups.values():
+        part = [blocks[i] for i in members]
+        values = part[0].values if len(part) == 1 else np.concatenate([b.values for b in part])
+        points = part[0].points if len(part) == 1 else np.concatenate([b.points for b in part])
+        made.append(
+            Window(part[0].times, values, points, spans[members[0]], refs, range_ms, at_steps)
+        )
+    if len(groups) == len(blocks):
+        return made, None
+    sizes = np.array([len(b.labels) for b in blocks], dtype=np.int64)
+    starts = np.cumsum(sizes) - sizes
+    stacked = np.concatenate(
+        [np.arange(starts[i], starts[i] + sizes[i]) for members in groups.values() for i in members]
+    )
+    return made, rank_of(stacked)
+
+
 class Window:
-    """One block's range windows ``[ref - range, ref]`` at every step, and what they contain.
+    """Range windows ``[ref - range, ref]`` at every step over a block's series (or several
+    blocks' with the same bounds), and what they contain.
 
     ``count``, ``first``, ``last`` and ``previous`` (the point before the last)
     are ``(n, k)``; an index is only meaningful where ``count`` says the window
     has that point.
     """
 
-    def __init__(self, block: Block, refs: IntArray, range_ms: int, at_steps: IntArray) -> None:
-        self.block = block
+    def __init__(
+        self,
+        axis: IntArray,
+        values: FloatArray,
+        points: BoolArray,
+        bounds: tuple[IntArray, IntArray],
+        refs: IntArray,
+        range_ms: int,
+        at_steps: IntArray,
+    ) -> None:
+        self.axis = axis
+        """The times (ms) of the axis' positions; of the first block's where blocks of other
+        times stacked (for a function that reads no times, :func:`windows`)."""
+        self.values = values
+        self.points = points
+        self.lo, self.hi = bounds
         self.refs = refs
         self.range_ms = range_ms
         self.at_steps = at_steps
-        self.values = block.values
-        self.points = block.points
-        times = block.times
-        self.lo = np.searchsorted(times, refs - range_ms, side="left")
-        self.hi = np.searchsorted(times, refs, side="right")
+        rows, width = values.shape
+        self._flat = (np.arange(rows, dtype=np.int64) * width)[:, None]
 
     @cached_property
     def _prefix_counts(self) -> IntArray:
@@ -175,16 +231,17 @@ class Window:
     @cached_property
     def previous(self) -> IntArray:
         """Index of the point before each window's newest one."""
-        index = np.take_along_axis(self._previous_points, self.last, axis=1)
+        index = self._previous_points.take(self.last + self._flat)
         return np.maximum(index, 0)
 
     def value(self, index: IntArray) -> FloatArray:
-        """The values at ``index`` (``(n, k)`` positions on the block's axis)."""
-        return np.take_along_axis(self.values, index, axis=1)
+        """The values at ``index`` (``(n, k)`` positions on the axis)."""
+        # a flat take: take_along_axis builds a broadcast index of every row, a cost per call
+        return self.values.take(index + self._flat)
 
     def time(self, index: IntArray) -> IntArray:
         """The times (ms) at ``index``."""
-        picked: IntArray = self.block.times[index]
+        picked: IntArray = self.axis[index]
         return picked
 
     def pairs(self, term: FloatArray) -> FloatArray:

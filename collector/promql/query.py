@@ -40,6 +40,7 @@ from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query, res
 from .select import prefetch
 from .timing import QueryTimes, steps
 from .values import (
+    METRIC_NAME,
     Element,
     Matrix,
     MatrixColumns,
@@ -130,14 +131,13 @@ def _label_order(vec: Vec) -> IntArray:
         if all(labels is p for labels, p in zip(vec.labels, pairs, strict=True)):
             return np.argsort(rank, kind="stable")
         # a range function's rows of one metric: the storage's label sets less the first pair
-        # (``__name__``) they all share sort as the storage's do
+        # (``__name__``) they all share (Vec.maps says the rows lost no other) sort as the
+        # storage's do
         if (
             pairs
             and pairs[0]
-            and all(
-                p and p[0] == pairs[0][0] and labels == p[1:]
-                for labels, p in zip(vec.labels, pairs, strict=True)
-            )
+            and pairs[0][0][0] == METRIC_NAME
+            and len({p[:1] for p in pairs}) == 1
         ):
             return np.argsort(rank, kind="stable")
     keys = [pairs_key(labels) for labels in vec.labels]

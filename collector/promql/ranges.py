@@ -1,7 +1,7 @@
 """Range-vector functions (``rate``, ``*_over_time``...) over one block's windows at every step.
 
-Each function takes a :class:`~.lookup.Window` (a block's series and each
-step's window on them) and its scalar arguments, one value per step, and
+Each function takes a :class:`~.lookup.Window` (a block's series, or several
+blocks' stacked, and each step's window on them) and its scalar arguments, one value per step, and
 returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
 Prometheus drops the element (an empty window, ``rate`` of one point...).
 Sums, counts, first and last points and counter corrections come from prefix
@@ -92,7 +92,7 @@ def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, Floa
 def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """The regression summed over each window's points in float64, ``x`` relative to the
     intercept as Prometheus takes it: no long prefix to cancel, so no extended precision."""
-    times, values, points = win.block.times, win.values, win.points
+    times, values, points = win.axis, win.values, win.points
     shape = win.count.shape
     intercept_ms = np.broadcast_to(intercept_ms, shape)
     initial = win.value(win.first)
@@ -127,7 +127,7 @@ def _regression_prefix(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArra
     block's first time, shifted to the intercept afterwards; a window of equal
     values has slope 0 (NaN for infinities), any other non-finite value NaN.
     """
-    times = win.block.times
+    times = win.axis
     x = ((times - times[0]) / 1000).astype(np.float64)
     y = win.values
     n = win.count.astype(np.longdouble)
@@ -288,6 +288,9 @@ def check_smoothing(count: np.ndarray, sf: FloatArray, tf: FloatArray) -> None:
         message = f"invalid trend factor. Expected: 0 < tf < 1, got: {go_float_verb_f(tf[step])}"
     raise QueryError("execution", message)
 
+
+TIMED = frozenset(("rate", "increase", "delta", "irate", "idelta", "deriv", "predict_linear"))
+"""The functions that read their points' times, not only their order in the window."""
 
 RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
     {

@@ -28,18 +28,34 @@ _TAIL = b"]}}"
 def matrix_body(answer: MatrixColumns) -> bytes:
     """The whole response body of a range query answering ``answer``."""
     rows, cols = np.nonzero(answer.present)
-    # Distinct bit patterns, not values: -0 and 0 are written apart, as Go writes them.
-    bits, which = np.unique(answer.values[rows, cols].view(np.uint64), return_inverse=True)
+    bits, which = _distinct(answer.values[rows, cols].view(np.uint64))
     steps = [b"[" + json.dumps(t).encode() + b',"' for t in (answer.at_ms / 1000).tolist()]
     values = [format_float(v).encode() + b'"],' for v in bits.view(np.float64).tolist()]
     points, ends = _packed(_table(steps), cols, _table(values), which)
     bounds = np.r_[0, ends][np.r_[0, np.cumsum(np.bincount(rows, minlength=len(answer.labels)))]]
     at = bounds.tolist()
-    series = [
-        b'{"metric":' + _metric(labels) + b',"values":[' + points[a : b - 1] + b"]}"
-        for labels, a, b in zip(answer.labels, at[:-1], at[1:], strict=True)
-    ]
-    return _HEAD + b",".join(series) + _TAIL
+    view = memoryview(points)
+    parts: list[bytes | memoryview] = [_HEAD]
+    for labels, a, b in zip(answer.labels, at[:-1], at[1:], strict=True):
+        parts += (b'{"metric":', _metric(labels), b',"values":[', view[a : b - 1], b"]},")
+    if len(parts) > 1:
+        parts[-1] = b"]}"
+    parts.append(_TAIL)
+    return b"".join(parts)
+
+
+def _distinct(bits: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp]]:
+    """The distinct bit patterns, ascending, and each point's index among them.
+
+    Bit patterns, not values: -0 and 0 are written apart, as Go writes them.
+    Why not ``np.unique(return_inverse=True)``: it argsorts every point; an answer
+    holds few distinct values (1,103 among 394,000 points of ``avg_over_time`` at
+    200 nodes), and a plain sort, then a search of each point among the distinct
+    ones took 30 ms where the argsort took 74.
+    """
+    ordered = np.sort(bits)
+    distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if ordered.size else ordered
+    return distinct, np.searchsorted(distinct, bits)
 
 
 def _metric(labels: Labels) -> bytes:
