@@ -43,6 +43,7 @@ from bench.query import run as query
 from bench.query import setup as query_setup
 from bench.query.budget import QUICK, Budget
 from bench.query.report import query_rows
+from bench.ui import run as ui
 
 
 def rows(r: dict[str, Any]) -> list[Row]:
@@ -70,6 +71,8 @@ def rows(r: dict[str, Any]) -> list[Row]:
         out += [Row(w, m, g, "-", "-", mark(ok)) for w, m, g, ok in load_report.summary(r["load"])]
     if "scale" in r:
         out += scale_rows(r["scale"])
+    if "ui" in r:
+        out += ui.rows(r["ui"])
     return out
 
 
@@ -91,6 +94,7 @@ def benches(budget: Budget) -> dict[str, Callable[[], dict[str, Any]]]:
         "status": status.run,
         "shards": shards.run,
         "remote": remote.run,
+        "ui": ui.run,
         "scale": lambda: importlib.import_module("bench.scale.run").run(),
         "query": run_query,
         "load": run_load,
@@ -371,6 +375,7 @@ ONE_OF_THE_SET = {
     "status": "the status page at 5,000 nodes",
     "shards": "20,000 nodes over 4 shards x 2 replicas, a replica killed",
     "remote": "remote write, and into VictoriaMetrics 1.79 through an outage",
+    "ui": "the views for people at 5,000 nodes, beside REST's nodes page",
 }
 """The benches of the full set that run alone with no options of their own."""
 

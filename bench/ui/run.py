@@ -1,0 +1,201 @@
+"""Every view for people at 5,000 nodes: server time per page, beside REST's ``/api/v1/nodes``.
+
+Why: a page must answer in at most 100 ms however large the cluster (the
+overview aggregates, the lists page 100 rows). Setup: the real app
+(``build_app``) on 127.0.0.1, its store filled with :data:`NODES` HAMI nodes
+(the query bench's cluster, ``bench.query.fill``: ~249 series a node,
+:data:`ROUNDS` rounds 15 s apart in the history). Each view of :data:`VIEWS`
+is timed two ways after one untimed request (which builds the REST read model
+of every node and starts the overview's chart): in process, the route's
+handler called on a mocked request (what the server does for the page,
+rendering included), and over HTTP from a client process of its own
+(``bench.ui.client``). The REST figure is measured the same way in the same
+run. Nothing changes in the store while the figures are taken, so every node's
+read model is current, as the cache's warming keeps it between scrapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from bench.kit.cluster import ROOT
+from bench.kit.table import Row, mark, table, write_result
+from bench.kit.timing import median, percentile, settle
+from bench.query.fill import fill
+from bench.query.setup import HISTORY_MAX_POINTS, STALE_AFTER
+from collector.app import STORE, build_app
+from collector.settings import CollectorSettings
+
+NODES = 5000
+ROUNDS = 5
+STEP = 15.0
+REPEATS = 50
+GOAL_MS = 100.0
+
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("overview", "/"),
+    ("overview, tiles page 3", "/?page=3"),
+)
+"""(name, path) of every view timed, one line each; ``{node}``, ``{namespace}`` and ``{pod}``
+are a node and a pod of the filled cluster."""
+REST = ("REST nodes, 100 a page", "/api/v1/nodes?limit=100")
+"""The peer: what a REST client asks for one page of nodes."""
+
+
+async def measure(nodes: int = NODES, repeats: int = REPEATS) -> dict[str, Any]:
+    """Fill a collector, then time every view and the REST peer, in process and over HTTP."""
+    settings = CollectorSettings(
+        listen="127.0.0.1:0",
+        kubernetes=False,
+        stale_after=STALE_AFTER,
+        history_retention=2 * 3600.0,
+        history_max_points=HISTORY_MAX_POINTS,
+    )
+    app = build_app(settings)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        now = float(math.floor(time.time()))
+        filled = fill(app[STORE], nodes, now - (ROUNDS - 1) * STEP, STEP, ROUNDS, traced=0)
+        names = await _names(app)
+        views = [(name, path.format(**names)) for name, path in (*VIEWS, REST)]
+        for _, path in views:  # untimed: builds the read model, starts the chart's top-up
+            await _handle(app, path)
+        await _charted(app)
+        settle()
+        in_process = {path: await _in_process(app, path, repeats) for _, path in views}
+        over_http = await _over_http(f"http://{host}:{port}", repeats, [p for _, p in views])
+    finally:
+        await runner.cleanup()
+    return {
+        "nodes": nodes,
+        "rounds": ROUNDS,
+        "series": filled.samples // max(1, filled.rounds),
+        "repeats": repeats,
+        "views": [
+            {
+                "name": name,
+                "path": path,
+                "in_process": _figures(in_process[path]),
+                "http": _figures(over_http[path]),
+            }
+            for name, path in views
+        ],
+    }
+
+
+async def _charted(app: web.Application) -> None:
+    """Wait for the overview's chart: its first top-up (the hour) reads the history in a
+    thread, which would take the timed requests' turns."""
+    for _ in range(600):
+        body = (await _handle(app, "/")).text or ""
+        if "points from" in body:
+            await asyncio.sleep(1.0)  # the same top-up's newest-interval point
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError("the overview's chart never had the history")
+
+
+async def _names(app: web.Application) -> dict[str, str]:
+    body = json.loads((await _handle(app, "/api/v1/pods?limit=1")).body or b"{}")  # type: ignore[arg-type]
+    row = body["containers"][0]
+    return {"node": row["node"], "namespace": row["namespace"], "pod": row["pod"]}
+
+
+async def _handle(app: web.Application, path: str) -> web.Response:
+    """``path``'s route called as the server calls it, middlewares aside."""
+    probe = make_mocked_request("GET", path, app=app)
+    match = await app.router.resolve(probe)
+    request = make_mocked_request("GET", path, app=app, match_info=dict(match))
+    response = await match.handler(request)
+    if not isinstance(response, web.Response) or response.status != 200:
+        raise RuntimeError(f"GET {path}: {getattr(response, 'status', response)}")
+    return response
+
+
+async def _in_process(app: web.Application, path: str, repeats: int) -> list[float]:
+    found = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        await _handle(app, path)
+        found.append(time.perf_counter() - began)
+    return found
+
+
+async def _over_http(base: str, repeats: int, paths: list[str]) -> dict[str, list[float]]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.ui.client",
+        base,
+        str(repeats),
+        *paths,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"the HTTP client failed ({process.returncode})")
+    found: dict[str, list[float]] = json.loads(out)
+    return found
+
+
+def _figures(seconds: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": median(seconds) * 1e3,
+        "p99_ms": percentile(seconds, 99) * 1e3,
+        "max_ms": max(seconds) * 1e3,
+    }
+
+
+def rows(r: dict[str, Any]) -> list[Row]:
+    """One row per view: in process and HTTP p50 / p99, against the goal, REST beside it."""
+    rest = r["views"][-1]
+    peer = f"{rest['http']['p50_ms']:.1f} / {rest['http']['p99_ms']:.1f} ms"
+    out = []
+    for view in r["views"]:
+        p, h = view["in_process"], view["http"]
+        out.append(
+            Row(
+                f"{view['name']} `GET {view['path']}` at {r['nodes']:,} nodes:"
+                " in process / HTTP, p50 / p99",
+                f"{p['p50_ms']:.1f} / {p['p99_ms']:.1f} ms; {h['p50_ms']:.1f} / {h['p99_ms']:.1f} ms",
+                f"p99 <= {GOAL_MS:.0f} ms",
+                f"REST HTTP {peer}",
+                f"{h['p50_ms'] / rest['http']['p50_ms']:.1f}x",
+                mark(h["p99_ms"] <= GOAL_MS),
+            )
+        )
+    return out
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """``ui.md``: the table and what it measured."""
+    return (
+        f"# The views for people at {r['nodes']:,} nodes\n\n"
+        f"{r['date']}, {r['nodes']:,} nodes (~{r['series']:,} series), {r['rounds']} rounds of"
+        f" history 15 s apart, {r['repeats']} timed requests per view and way.\n"
+        "Produced by `python -m bench ui` (`bench/ui/run.py`). In process: the route's handler"
+        " on a mocked request (read model, aggregation, rendering); HTTP: from a client process"
+        " of its own over loopback. The ratio is the view's HTTP p50 over REST's.\n\n"
+        f"{table(rows(r))}\n"
+    )
+
+
+def run() -> dict[str, Any]:
+    """Every view's server time at :data:`NODES` nodes; writes ``bench/results/ui.*``."""
+    result = asyncio.run(measure())
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    write_result("ui", markdown(result), result)
+    return result
