@@ -207,8 +207,20 @@ async def test_node_detail_shows_each_card_with_its_pods_and_readings() -> None:
 
 
 async def test_workloads_pages_and_sorts_are_rests() -> None:
-    async with collector(cluster(120)) as (_, http):
-        for query in ("", "page=2", "sort=-idle_seconds", "sort=memory_used_bytes&page=2"):
+    # 900 rows: the first pages of a sort are taken from a heap, the last ones sorted whole
+    queries = (
+        "",
+        "page=2",
+        "page=9",
+        "sort=-idle_seconds",
+        "sort=memory_used_bytes&page=2",
+        "sort=cores_allocated",  # all equal: REST's order
+        "sort=-cores_allocated&page=3",
+        "sort=-node&page=8",
+        "sort=namespace&page=9",
+    )
+    async with collector(cluster(450)) as (_, http):
+        for query in queries:
             shown = Rows(await page(http, f"/workloads?{query}"))
             number = int(query.partition("page=")[2] or 1)
             sort = query.partition("&")[0] if query.startswith("sort") else ""
@@ -216,7 +228,7 @@ async def test_workloads_pages_and_sorts_are_rests() -> None:
             expected = listed["containers"][(number - 1) * 100 : number * 100]
             got = [(a["node"], a["namespace"], a["pod"]) for a, _ in shown.rows]
             assert got == [(c["node"], c["namespace"], c["pod"]) for c in expected], query
-        assert listed["total"] == 240
+        assert listed["total"] == 900
         filtered = Rows(await page(http, "/workloads?namespace=ns-1&node=n-004"))
         assert [(a["namespace"], a["pod"]) for a, _ in filtered.rows] == [("ns-1", "b-4")]
         _attrs, cells = filtered.rows[0]

@@ -12,6 +12,7 @@ its PromQL link names.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from collector import schema
 from collector.promql.query import prepare_range
 from collector.promql.values import QueryError, RangeSeries
 from collector.store import Store
@@ -33,7 +35,7 @@ from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
-from collector.web.ui.listing import Page, ViewError, page_of, view_query
+from collector.web.ui.listing import Page, ViewError, ViewQuery, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
 from collector.web.usage import ContainerReading
 
@@ -41,6 +43,8 @@ CHART_SECONDS = 3600.0
 """How far back a pod's charts reach (less where the history holds less)."""
 CHART_POINTS = 240
 """Points a chart line has at most: the step is the scrape interval, or coarser."""
+MEMORY, UTILISATION = schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION
+"""The families a pod's charts draw."""
 
 LIST = template("""
 <form method="get" action="/workloads" class="filters">
@@ -137,6 +141,7 @@ class Charts:
 
 
 Row = tuple[Presented, ContainerReading]
+_READING_INDEX = {name: at for at, name in enumerate(ContainerReading._fields)}
 
 
 class WorkloadViews:
@@ -184,17 +189,11 @@ class WorkloadViews:
         else:
             nodes = self._nodes.all(store)
         access = access_of(request)
+        names = _wanted(access, namespace)
         if query.listing.sort is None:
-            found = _unsorted(nodes, access, namespace, query.page)
+            found = _unsorted(nodes, names, query.page)
         else:
-
-            def value(item: Row, field: str) -> Any:
-                presented, reading = item
-                if field == "node":
-                    return presented.usage.node
-                return getattr(reading, READING_OF[field])
-
-            found = page_of(list(_rows(nodes, access, namespace)), query, value)
+            found = _sorted(_rows(nodes, names), query)
         page = Page([self._workload(p, c) for p, c in found.rows], found.total, found.number)
         selector = ",".join(
             matcher(label, value)
@@ -263,23 +262,27 @@ class WorkloadViews:
         step = max(self._interval, seconds / CHART_POINTS)
         start = end - math.floor(seconds / step - 1) * step
 
-        def lines(family: str) -> list[RangeSeries]:
-            out: list[RangeSeries] = []
-            for node in nodes:
-                selector = ",".join(
-                    (matcher("node", node), matcher("namespace", namespace), matcher("pod", pod))
+        found: list[RangeSeries] = []
+        for node in nodes:
+            # One query for both families; the node's equality matcher rules every other
+            # node out first (a name regex is not an equality).
+            selector = ",".join(
+                (
+                    f'__name__=~"{MEMORY}|{UTILISATION}"',
+                    matcher("node", node),
+                    matcher("namespace", namespace),
+                    matcher("pod", pod),
                 )
-                try:
-                    prepared = prepare_range(
-                        f"{family}{{{selector}}}", start, end, step, self._history, self._lookback
-                    )
-                    out += cast(list[RangeSeries], prepared.run())
-                except QueryError as exc:
-                    raise ViewError(503, f"the pod's history cannot be read: {exc}") from None
-            return out
-
-        memory = lines("hami_vgpu_memory_used_bytes")
-        utilisation = lines("hami_container_device_utilization_ratio")
+            )
+            try:
+                prepared = prepare_range(
+                    f"{{{selector}}}", start, end, step, self._history, self._lookback
+                )
+                found += cast(list[RangeSeries], prepared.run())
+            except QueryError as exc:
+                raise ViewError(503, f"the pod's history cannot be read: {exc}") from None
+        memory = [s for s in found if s.labels.get("__name__") == MEMORY]
+        utilisation = [s for s in found if s.labels.get("__name__") == UTILISATION]
         out = []
         for container in dict.fromkeys(containers):
             title = f"{namespace}/{pod} container {container}"
@@ -318,45 +321,74 @@ def _sum(values: Iterator[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def _visible(presented: Presented, access: Access, namespace: str | None) -> bool:
-    usage = presented.usage
-    if namespace is not None and namespace not in usage.namespaces:
-        return False
-    return access.cluster or access.namespaces is None or bool(access.namespaces & usage.namespaces)
+def _wanted(access: Access, namespace: str | None) -> frozenset[str] | None:
+    """The namespaces whose rows the reader asks for and may see; None: every one."""
+    if namespace is not None:
+        return frozenset({namespace}) if access.sees(namespace) else frozenset()
+    return access.namespaces
 
 
-def _keeps(labels: tuple[str, ...], access: Access, namespace: str | None) -> bool:
-    return access.sees(labels[0]) and namespace in (None, labels[0])
+def _rows(nodes: list[Presented], names: frozenset[str] | None) -> list[Row]:
+    """Every container vGPU of ``nodes`` in ``names`` (None: all), in REST's order."""
+    if names is None:
+        return [(p, r) for p in nodes for r in p.usage.containers]
+    return [
+        (p, r)
+        for p in nodes
+        if not names.isdisjoint(p.usage.namespaces)
+        for r in p.usage.containers
+        if r.namespace in names
+    ]
 
 
-def _rows(nodes: list[Presented], access: Access, namespace: str | None) -> Iterator[Row]:
-    """Every container vGPU of ``nodes`` the reader sees, in REST's order."""
-    for presented in nodes:
-        if not _visible(presented, access, namespace):
-            continue
-        for reading in presented.usage.containers:
-            if access.sees(reading.namespace) and namespace in (None, reading.namespace):
-                yield presented, reading
+def _sorted(rows: list[Row], query: ViewQuery) -> Page[Row]:
+    """The query's page of ``rows`` in the order REST's sort gives them (nulls last, ties in
+    the rows' order either way), without a Python call per row: at 5,000 nodes the rows
+    are some 100,000. The first pages take the largest (or smallest) few, which
+    :mod:`heapq` documents as the sort's first few, ties included."""
+    field = query.listing.sort
+    if field == "node":
+        keys: list[Any] = [p.usage.node for p, _ in rows]
+    else:
+        at = _READING_INDEX[READING_OF[field or ""]]
+        keys = [r[at] for _, r in rows]
+    present = [i for i, key in enumerate(keys) if key is not None]
+    start = (query.page - 1) * PAGE_ROWS
+    wanted = start + PAGE_ROWS
+    if wanted * 8 < len(present):
+        pick = heapq.nlargest if query.listing.descending else heapq.nsmallest
+        present = pick(wanted, present, key=keys.__getitem__)
+    else:
+        present.sort(key=keys.__getitem__, reverse=query.listing.descending)
+    order = present[start:wanted]
+    if len(order) < PAGE_ROWS:
+        nulls = [i for i, key in enumerate(keys) if key is None]
+        skip = max(start - len(present), 0)
+        order += nulls[skip : skip + PAGE_ROWS - len(order)]
+    return Page([rows[i] for i in order], len(rows), query.page)
 
 
-def _unsorted(
-    nodes: list[Presented], access: Access, namespace: str | None, number: int
-) -> Page[Row]:
+def _unsorted(nodes: list[Presented], names: frozenset[str] | None, number: int) -> Page[Row]:
     """The page of rows in REST's order, counting each node's rows from its key set and
     reading only the nodes the page falls on."""
     start, total = (number - 1) * PAGE_ROWS, 0
     rows: list[Row] = []
     for presented in nodes:
-        if not _visible(presented, access, namespace):
+        usage = presented.usage
+        if names is None:
+            kept = None
+            count = len(usage.shape.containers)
+        elif names.isdisjoint(usage.namespaces):
             continue
-        shape = presented.usage.shape
-        every = access.cluster and namespace is None
-        kept = [] if every else [_keeps(c[0], access, namespace) for c in shape.containers]
-        count = len(shape.containers) if every else sum(kept)
+        else:
+            kept = [labels[0] in names for labels, _ in usage.shape.containers]
+            count = sum(kept)
         if total + count > start and len(rows) < PAGE_ROWS:
-            readings = presented.usage.containers  # in the shape's order
+            readings = usage.containers  # in the shape's order
             chosen = (
-                list(readings) if every else [r for r, k in zip(readings, kept, strict=True) if k]
+                list(readings)
+                if kept is None
+                else [r for r, k in zip(readings, kept, strict=True) if k]
             )
             skip = max(start - total, 0)
             rows += [(presented, r) for r in chosen[skip : skip + PAGE_ROWS - len(rows)]]
