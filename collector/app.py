@@ -163,9 +163,9 @@ def build_app(
             STORE, nodes, kinds, store.history, interval, settings.lookback, IDLE_AFTER
         ).routes()
     )
-    app.router.add_routes(
-        NamespaceView(chargeback, nodes, settings.history_retention, interval).routes()
-    )
+    namespaces = NamespaceView(chargeback, nodes, settings.history_retention, interval)
+    app.router.add_routes(namespaces.routes())
+    app.cleanup_ctx.append(namespaces.closing)
     trend = Trend(
         store.history,
         interval,

@@ -8,17 +8,18 @@ authorization middleware would from a token.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
-from helpers import serving
+from helpers import eventually, holds, serving
 
 from collector import labelsets, schema
 from collector.app import STORE, build_app
@@ -26,6 +27,9 @@ from collector.batch import Batch, Source
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.web.access import ACCESS, Access
+from collector.web.rest.chargeback import Chargeback, Window
+from collector.web.rest.models import UsageReport
+from collector.web.ui.namespaces import Reports
 
 HOSTILE = '<script>alert("x")</script>&amp;'
 GIB = 1 << 30
@@ -330,3 +334,45 @@ async def test_a_tenant_sees_only_its_namespaces() -> None:
         await page(http, "/workloads/ns-a/a-1", tenant="ns-1", status=404)
         groups = Rows(await page(http, "/namespaces", tenant="ns-1")).of("namespace")
         assert groups == ["ns-1"]
+
+
+class SlowReports:
+    """A chargeback whose every report waits for the test's go, each step 0.05 s long."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.made = 0
+
+    def window(self, start: str | None, end: str | None) -> Window:
+        return Window(0.0, 0.0, 0.05, (0.0, 0.0))
+
+    async def report(self, by: str, window: Window, namespaces: object) -> UsageReport:
+        await self.go.wait()
+        self.made += 1
+        return UsageReport(
+            by="namespace",
+            start=0.0,
+            end=float(self.made),
+            requested_start=0.0,
+            requested_end=0.0,
+            step_seconds=0.05,
+            groups=[],
+        )
+
+
+async def test_a_stale_report_answers_while_the_next_is_made() -> None:
+    slow = SlowReports()
+    reports = Reports(cast(Chargeback, slow))
+    first = asyncio.create_task(reports.get(3600.0, None))
+    await asyncio.sleep(0.01)
+    assert not first.done()  # the first request waits for its report
+    slow.go.set()
+    assert (await first).end == 1
+    slow.go.clear()
+    await asyncio.sleep(0.06)  # past the report's step
+    assert (await reports.get(3600.0, None)).end == 1  # at once, the report before
+    assert (await reports.get(3600.0, None)).end == 1  # one refresh at a time
+    slow.go.set()
+    await eventually(lambda: holds(slow.made == 2), what="the refresh")
+    assert (await reports.get(3600.0, None)).end == 2
+    await reports.cancel()

@@ -4,31 +4,38 @@ a chosen window, and the share of allocated cores that sat idle.
 The report is ``GET /api/v1/usage?by=namespace``'s own (:class:`Chargeback`, a
 tenant's namespaces restricting its queries as they restrict REST's), over the
 window ``?window=`` names: the last hour, 6 or 24 hours, or (the default, as
-REST's) all the history holds. A report is kept for the rest of its step:
-every request within one step asks for the same aligned window, so only the
-first one runs the queries.
+REST's) all the history holds. A report is kept for one step of its window and
+then recomputed in the background while the page shows the one before
+(:class:`Reports`); the page's CSV and REST links name the window of the
+report it shows, so they give its numbers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from functools import partial
 from urllib.parse import urlencode
 
 from aiohttp import web
 
 from collector.web.access import access_of
 from collector.web.rest.cache import NodeCache
-from collector.web.rest.chargeback import MEASURES, Chargeback, Window
+from collector.web.rest.chargeback import MEASURES, Chargeback
 from collector.web.rest.models import UsageReport
 from collector.web.ui import layout
 from collector.web.ui.listing import bad, page_of, view_query
 from collector.web.ui.pages import answering, render, template
 
+log = logging.getLogger(__name__)
+
 WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": None}
 """``?window=`` values: the seconds back from now (None: all the history holds)."""
 KEPT_REPORTS = 32
-"""Reports kept (one per window and reader's namespaces): each for the rest of its step."""
+"""Reports kept at most (one per window and reader's namespaces), the least recent dropped."""
 
 PAGE = template("""
 <p>GPU memory and cores allocated and used per namespace from {{ clock(report.start) }} to
@@ -74,15 +81,19 @@ class NamespaceView:
     def __init__(
         self, chargeback: Chargeback, nodes: NodeCache, retention: float, interval: float
     ) -> None:
-        self._chargeback = chargeback
+        self._reports = Reports(chargeback)
         self._nodes = nodes
         self._retention = retention
         self._interval = interval
-        self._reports: OrderedDict[object, tuple[float, UsageReport]] = OrderedDict()
 
     def routes(self) -> list[web.RouteDef]:
         """``GET /namespaces``."""
         return [web.get("/namespaces", answering(self.handle, self._nodes.read))]
+
+    async def closing(self, app: web.Application) -> AsyncIterator[None]:
+        """A cleanup context: reports still being computed at shutdown are cancelled."""
+        yield
+        await self._reports.cancel()
 
     async def handle(self, request: web.Request) -> web.Response:
         """One page of namespaces, the largest allocation first (the report's order)."""
@@ -93,10 +104,7 @@ class NamespaceView:
                 f"query parameter 'window' must be one of {', '.join(WINDOWS)}, not {window[:40]!r}"
             )
         back = WINDOWS[window]
-        now = time.time()
-        steps = self._chargeback.window(None if back is None else repr(now - back), None)
-        namespaces = access_of(request).namespaces
-        report = await self._report(steps, namespaces)
+        report = await self._reports.get(back, access_of(request).namespaces)
         page = page_of(list(report.groups), query)
         params = {
             "by": "namespace",
@@ -129,15 +137,60 @@ class NamespaceView:
         links = [layout.rest_link(rest), layout.Link(expr, promql)]
         return layout.render(request, "Namespaces", body, links, self._interval)
 
-    async def _report(self, steps: Window, namespaces: frozenset[str] | None) -> UsageReport:
-        key = (steps.first, steps.last, steps.step, namespaces)
-        kept = self._reports.get(key)
-        now = time.monotonic()
-        if kept is not None and kept[0] > now:
+
+Key = tuple[float | None, frozenset[str] | None]
+"""A report's window (seconds back; None: all the history) and reader's namespaces."""
+
+
+class Reports:
+    """The latest report per :data:`Key`, kept for one step of its window.
+
+    Past that step a request is answered with the report it has while the next
+    one is computed in the background (one at a time per key): at thousands of
+    nodes a report takes seconds, a page must not. Only a key's first request
+    waits for its report.
+    """
+
+    def __init__(self, chargeback: Chargeback) -> None:
+        self._chargeback = chargeback
+        self._kept: OrderedDict[Key, tuple[float, UsageReport]] = OrderedDict()
+        self._running: dict[Key, asyncio.Task[UsageReport]] = {}
+
+    async def get(self, back: float | None, namespaces: frozenset[str] | None) -> UsageReport:
+        """The report of the last ``back`` seconds (None: all) for a reader of ``namespaces``."""
+        key = (back, namespaces)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] > time.monotonic():
             return kept[1]
+        task = self._running.get(key)
+        if task is None:
+            task = self._running[key] = asyncio.create_task(self._compute(key))
+            task.add_done_callback(partial(self._done, key))
+        if kept is not None:
+            return kept[1]
+        return await asyncio.shield(task)
+
+    async def cancel(self) -> None:
+        """Cancel the reports being computed."""
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    async def _compute(self, key: Key) -> UsageReport:
+        back, namespaces = key
+        start = None if back is None else repr(time.time() - back)
+        steps = self._chargeback.window(start, None)
         report = await self._chargeback.report("namespace", steps, namespaces)
-        self._reports[key] = (now + steps.step, report)
-        self._reports.move_to_end(key)
-        while len(self._reports) > KEPT_REPORTS:
-            self._reports.popitem(last=False)
+        self._kept[key] = (time.monotonic() + steps.step, report)
+        self._kept.move_to_end(key)
+        while len(self._kept) > KEPT_REPORTS:
+            self._kept.popitem(last=False)
         return report
+
+    def _done(self, key: Key, task: asyncio.Task[UsageReport]) -> None:
+        del self._running[key]
+        if not task.cancelled() and task.exception() is not None and key in self._kept:
+            # a background refresh failed (the next request tries again); its
+            # requests were answered with the report before
+            log.warning("chargeback for the namespaces page failed: %s", task.exception())
