@@ -123,7 +123,7 @@ def test_line_points_are_placed_proportionally_with_labelled_axes() -> None:
         units.size,
         width=640,
         height=200,
-        rounding=GIB,
+        binary=True,
     )
     svg = svg_of(markup)
     plot_w = 640 - MARGIN_LEFT - MARGIN_RIGHT
@@ -149,6 +149,13 @@ def test_line_points_are_placed_proportionally_with_labelled_axes() -> None:
     rows = [[c.text for c in row] for row in table.iter("tr")]
     assert rows[0] == ["time", "used", "allocated"]
     assert rows[-1] == ["20:40 UTC", "10 GiB", "20 GiB"]
+
+
+def test_a_byte_axis_tops_at_a_round_binary_size() -> None:
+    pts = [(T0, 0.0), (T0 + 60, 1.6 * (1 << 40))]  # 1.6 TiB: the axis tops at 2 TiB
+    svg = svg_of(line_chart([Series("used", pts)], "memory", units.size, binary=True))
+    y_labels = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "y-label"]
+    assert y_labels == ["0 B", "512 GiB", "1 TiB", "1.5 TiB", "2 TiB"]
 
 
 def test_series_differ_by_dash_not_colour_alone() -> None:

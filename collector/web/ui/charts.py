@@ -77,14 +77,14 @@ def line_chart(
     width: int = 640,
     height: int = 200,
     top: float | None = None,
-    rounding: float = 1.0,
+    binary: bool = False,
 ) -> Markup:
     """A time chart of ``series`` with labelled axes (times in UTC, values in ``unit``).
 
-    The value axis runs from 0 to ``top`` (default: a round number of
-    ``rounding``s above the largest value: pass ``1 << 30`` for bytes, so the
-    axis tops at 20 GiB rather than 25 GB). Finite points only; with none, the
-    frame says so.
+    The value axis runs from 0 to ``top`` (default: a round number at or above
+    the largest value; ``binary``: round in powers of 1024, for bytes, so the
+    axis tops at 20 GiB or 2 TiB rather than 25 GB). Finite points only; with
+    none, the frame says so.
     """
     lines = [Series(s.name, [(t, v) for t, v in s.points if math.isfinite(v)]) for s in series]
     every = [p for s in lines for p in s.points]
@@ -107,8 +107,9 @@ def line_chart(
         return Markup("".join(out))
     first = min(t for t, _ in every)
     last = max(t for t, _ in every)
-    largest = max(v for _, v in every) / rounding
-    y_top = top if top is not None and top > 0 else nice_top(largest) * rounding
+    largest = max(v for _, v in every)
+    scale = 1024.0 ** math.floor(math.log(largest, 1024)) if binary and largest >= 1 else 1.0
+    y_top = top if top is not None and top > 0 else nice_top(largest / scale) * scale
     span = max(last - first, 1e-9)
 
     def x(t: float) -> float:

@@ -30,7 +30,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .muted { color: #6b7280; }
 .sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 .cards { display: flex; flex-wrap: wrap; gap: .8em; margin: .6em 0; }
-.card { border: 1px solid #d8dbe0; border-radius: 4px; padding: .5em .8em; min-width: 11em; }
+.card { border: 1px solid #d8dbe0; border-radius: 4px; padding: .5em .8em; min-width: 9em; }
 .card .value { font-size: 1.35em; font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .label { color: #4b5563; font-size: .9em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.2em; }

@@ -301,7 +301,7 @@ class Overview:
                 units.size,
                 width=560,
                 height=190,
-                rounding=float(1 << 30),
+                binary=True,
             ),
             utilisation_chart=charts.line_chart(
                 [series["utilisation"]],
@@ -412,25 +412,6 @@ BODY = layout.template("""
 <div class="charts"><figure>{{ memory_chart }}</figure><figure>{{ utilisation_chart }}</figure></div>
 </section>
 
-<section aria-labelledby="namespaces"><h2 id="namespaces">Top namespaces</h2>
-<div class="charts">
-{%- for title, rows in (('by memory allocated', by_allocated), ('by memory used', by_used)) %}
-<table class="top-namespaces"><caption>{{ title }}</caption>
-<thead><tr><th scope="col">Namespace</th><th scope="col" class="num">Allocated</th><th scope="col" class="num">Used</th><th scope="col">Used of allocated</th><th scope="col" class="num">Cores used / allocated</th></tr></thead>
-<tbody>
-{%- for name, u in rows %}
-<tr class="namespace" data-namespace="{{ name }}"><td><a href="/workloads?namespace={{ name|urlencode }}">{{ name }}</a></td>
-<td class="num">{{ u.memory_allocated|size }}</td><td class="num">{{ u.memory_used|size }}</td>
-<td>{{ bar(name ~ ' memory', u.memory_used, u.memory_allocated, None, units.size, 140, 14) }}</td>
-<td class="num">{{ u.cores_used|cores }} / {{ u.cores_allocated|cores }}</td></tr>
-{%- else %}
-<tr><td colspan="5" class="muted">No vGPU allocations.</td></tr>
-{%- endfor %}
-</tbody></table>
-{%- endfor %}
-</div>
-</section>
-
 <section aria-labelledby="nodes"><h2 id="nodes">Nodes</h2>
 <table class="node-states"><caption class="sr-only">Nodes by state and by utilisation</caption>
 <thead><tr>{% for s in states %}<th scope="col" class="num">{{ s }}</th>{% endfor %}{% for b in bands %}<th scope="col" class="num">{{ b }}</th>{% endfor %}</tr></thead>
@@ -450,5 +431,24 @@ BODY = layout.template("""
 {%- endfor %}
 </div>
 {{ pager }}
+</section>
+
+<section aria-labelledby="namespaces"><h2 id="namespaces">Top namespaces</h2>
+<div class="charts">
+{%- for title, rows in (('by memory allocated', by_allocated), ('by memory used', by_used)) %}
+<table class="top-namespaces"><caption>{{ title }}</caption>
+<thead><tr><th scope="col">Namespace</th><th scope="col" class="num">Allocated</th><th scope="col" class="num">Used</th><th scope="col">Used of allocated</th><th scope="col" class="num">Cores used / allocated</th></tr></thead>
+<tbody>
+{%- for name, u in rows %}
+<tr class="namespace" data-namespace="{{ name }}"><td><a href="/workloads?namespace={{ name|urlencode }}">{{ name }}</a></td>
+<td class="num">{{ u.memory_allocated|size }}</td><td class="num">{{ u.memory_used|size }}</td>
+<td>{{ bar(name ~ ' memory', u.memory_used, u.memory_allocated, None, units.size, 140, 14) }}</td>
+<td class="num">{{ u.cores_used|cores }} / {{ u.cores_allocated|cores }}</td></tr>
+{%- else %}
+<tr><td colspan="5" class="muted">No vGPU allocations.</td></tr>
+{%- endfor %}
+</tbody></table>
+{%- endfor %}
+</div>
 </section>
 """)
