@@ -690,3 +690,45 @@ def test_an_axis_without_the_wanted_series_changes_nothing_of_a_read() -> None:
     assert same(points(beside, wanted, start=30, end=35), points(alone, wanted, start=30, end=35))
     assert lookups(beside, [20.0, 39.0, 39.5]) == lookups(alone, [20.0, 39.0, 39.5])
     assert "n1//up" in points(beside), "the own series are still read where asked"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=one_source,
+    nodes=st.lists(st.tuples(st.integers(0, 60), st.floats(0, 14.9)), min_size=2, max_size=5),
+    window=st.tuples(st.floats(0, 1.1), st.floats(0, 1.1)),
+    ns=st.sampled_from((None, "a")),
+)
+def test_a_range_read_of_many_nodes_at_once_gives_each_node_s_own_grid(
+    steps: list[tuple[float, frozenset[bytes], dict[bytes, float], bool, bool]],
+    nodes: list[tuple[int, float]],
+    window: tuple[float, float],
+    ns: str | None,
+) -> None:
+    """A range selector reads the nodes' runs in one pass (``gridded``): each node's
+    series, times and cells (readings, markers, NaN readings apart) are its own grid's."""
+    history, end = one_source_history(
+        {f"n{i}": (first, offset) for i, (first, offset) in enumerate(nodes)}, steps
+    )
+    start, stop = sorted(1000.0 + w * (end - 1000.0) for w in window)  # a part, or past the end
+    matchers = [Matcher("ns", "=", ns)] if ns else []
+
+    def cells(times: Any, labels: Any, values: Any) -> list[tuple[Any, ...]]:
+        bits = np.asarray(values).view(np.uint64).tolist()
+        return sorted(
+            (tuple(sorted(dict(lab).items())), tuple(np.asarray(times).tolist()), tuple(row))
+            for lab, row in zip(labels, bits, strict=True)
+        )
+
+    got = [
+        c
+        for group in history.select(matchers, start, stop)
+        for c in cells(group.times, group.labels, group.values)
+    ]
+    want = []
+    for state, mask in history._wanted(matchers):
+        grid = state.grid(mask, start, stop)
+        if grid is not None:
+            ids, times, values = grid
+            want += cells(times, state.label_sets(ids), values)
+    assert sorted(got) == sorted(want)

@@ -34,7 +34,7 @@ import numpy as np
 from collector.tsdb.axis import Axis
 from collector.tsdb.labels import Mask, Verdicts
 from collector.tsdb.latest import Latest, latest
-from collector.tsdb.lookups import LookedUp, Windows, looked_up
+from collector.tsdb.lookups import LookedUp, Windows, gridded, looked_up
 from collector.tsdb.nodes import Found, NodeSeries
 from collector.tsdb.series import Columns, LabelSet, Lookup, Matcher
 
@@ -156,6 +156,8 @@ class History:
         if lookup is not None:
             many = _latest if newest else _looked_up
             wanted = yield from many(wanted, start, end, lookup)
+        elif not newest:
+            wanted = yield from _gridded(wanted, start, end)
         for state, want in wanted:
             read = state.newest if newest else state.grid
             grid = read(want, start, end)
@@ -213,6 +215,33 @@ Part = TypeVar("Part", Windows, Latest)
 Rest = list[tuple[NodeSeries, Mask | None]]
 
 
+def _gridded(
+    wanted: Iterable[tuple[NodeSeries, Mask | None]], start: float, end: float
+) -> Generator[Columns, None, Rest]:
+    """The wanted series' points in ``[start, end]``, many nodes at once, a group per node;
+    returns the nodes whose runs cannot tell (:meth:`NodeSeries.windows`), to be read alone."""
+
+    def groups(states: list[NodeSeries], parts: list[Windows]) -> Iterator[Columns]:
+        found = gridded(parts)
+        if not len(found.sids):
+            return
+        bounds = np.flatnonzero(np.diff(found.nodes)) + 1
+        for a, b in itertools.pairwise([0, *bounds.tolist(), len(found.nodes)]):
+            i = int(found.nodes[a])
+            times = np.concatenate([seg.times[lo:hi] for seg, lo, hi in parts[i].segments])
+            values = found.values[a:b, : len(times)]
+            yield Columns(times, states[i].label_sets(found.sids[a:b]), values)
+
+    return (
+        yield from _many(
+            wanted,
+            lambda state, want: state.windows(want, start, end),
+            lambda windows: windows.size if windows.segments else 0,
+            groups,
+        )
+    )
+
+
 def _looked_up(
     wanted: Iterable[tuple[NodeSeries, Mask | None]],
     start: float,
@@ -226,8 +255,9 @@ def _looked_up(
             wanted,
             lambda state, want: state.windows(want, start, end),
             lambda windows: windows.size if windows.segments else 0,
-            lambda reads: looked_up(reads, lookup.at, lookup.lookback_ms),
-            lookup,
+            lambda states, reads: _group(
+                states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup
+            ),
         )
     )
 
@@ -247,8 +277,7 @@ def _latest(
             wanted,
             lambda state, want: state.latest(want, start, at_ms),
             lambda part: part.points,
-            lambda parts: latest(parts, at_ms, lookback, steps),
-            lookup,
+            lambda states, parts: _group(states, latest(parts, at_ms, lookback, steps), lookup),
         )
     )
 
@@ -257,12 +286,11 @@ def _many(
     wanted: Iterable[tuple[NodeSeries, Mask | None]],
     read: Callable[[NodeSeries, Mask | None], Part | None],
     size: Callable[[Part], int],
-    look: Callable[[list[Part]], LookedUp],
-    lookup: Lookup,
+    look: Callable[[list[NodeSeries], list[Part]], Iterator[Columns]],
 ) -> Generator[Columns, None, Rest]:
-    """Nodes looked up many at once, a group each :data:`LOOKUP_IDS`: ``read`` gives a
-    node's part (None: it cannot tell, and the node is returned to be read alone), ``size``
-    what the part holds (0: nothing to find), ``look`` what a group of parts finds."""
+    """Nodes read many at once, a group each :data:`LOOKUP_IDS`: ``read`` gives a node's
+    part (None: it cannot tell, and the node is returned to be read alone), ``size`` what
+    the part holds (0: nothing to find), ``look`` the columns a group of parts gives."""
     rest: Rest = []
     states: list[NodeSeries] = []
     parts: list[Part] = []
@@ -278,10 +306,10 @@ def _many(
             parts.append(part)
             held += holds
         if held >= LOOKUP_IDS:
-            yield from _group(states, look(parts), lookup)
+            yield from look(states, parts)
             states, parts, held = [], [], 0
     if parts:
-        yield from _group(states, look(parts), lookup)
+        yield from look(states, parts)
     return rest
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from collector.tsdb.blocks import Ids, Mask, Runs, Segment, expand, stale
-from collector.tsdb.series import STALE
+from collector.tsdb.series import ABSENT, STALE
 
 F64 = NDArray[np.float64]
 _NEVER = np.iinfo(np.int64).max
@@ -52,11 +52,43 @@ class Windows:
 class LookedUp:
     """What the lookups found: per series (a node's mostly side by side), its node (an index
     into the nodes looked up), its id there, and its value at each reference time (:data:`STALE`
-    for none)."""
+    for none), or (:func:`gridded`) at each of its node's window times."""
 
     nodes: Ids
     sids: Ids
     values: F64
+
+
+def gridded(nodes: Sequence[Windows]) -> LookedUp:
+    """Every point of the wanted series of ``nodes`` in their windows: per series, a row of
+    its node's window times (:data:`ABSENT` past them, to the widest node's). No node may
+    hold a gapped run it wants.
+
+    What :meth:`~collector.tsdb.axis.Axis.grid` gives node by node, for many nodes in
+    one pass over their runs: a range selector's read, a few dozen numpy calls a node
+    otherwise (200 nodes: 48 ms where the cells themselves took a fraction).
+    """
+    sizes = np.array([node.size for node in nodes], np.int64)
+    bases = np.cumsum(sizes) - sizes
+    counts = [len(node.segments) for node in nodes]
+    runs = Runs.of(
+        [w for node in nodes for w in node.segments], _wants(nodes), np.repeat(bases, counts)
+    )
+    widths = np.array([len(node.times_ms) for node in nodes], np.int64)
+    node_of_run = np.repeat(np.arange(len(nodes)), counts)[runs.part]
+    run, col = expand(runs.begin, runs.end - runs.begin)  # columns of every node end to end
+    sids, rows = np.unique(runs.sids, return_inverse=True)
+    out = np.full((len(sids), int(widths.max(initial=0))), ABSENT)
+    out[rows[run], col - (np.cumsum(widths) - widths)[node_of_run[run]]] = runs.cells(run, col)
+    node = np.searchsorted(bases, sids, side="right") - 1
+    return LookedUp(node, sids - bases[node], out)
+
+
+def _wants(nodes: Sequence[Windows]) -> Mask | None:
+    """The nodes' wanted series over their ids laid end to end (None: all of every node)."""
+    if all(node.want is None for node in nodes):
+        return None
+    return np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
 
 
 def looked_up(nodes: Sequence[Windows], at: Ids, lookback_ms: int) -> LookedUp:
@@ -71,11 +103,10 @@ def looked_up(nodes: Sequence[Windows], at: Ids, lookback_ms: int) -> LookedUp:
     times = np.concatenate(
         [node.times_ms + shift for node, shift in zip(nodes, shifts.tolist(), strict=True)]
     )
-    want = None
-    if any(node.want is not None for node in nodes):
-        want = np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
     counts = [len(node.segments) for node in nodes]
-    runs = Runs.of([w for node in nodes for w in node.segments], want, np.repeat(bases, counts))
+    runs = Runs.of(
+        [w for node in nodes for w in node.segments], _wants(nodes), np.repeat(bases, counts)
+    )
     node_of_run = np.repeat(np.arange(len(nodes)), counts)[runs.part]
     refs = (shifts[:, None] + at[None, :]).ravel()  # every node's steps, node after node
     pos = np.searchsorted(times, refs, side="right") - 1
