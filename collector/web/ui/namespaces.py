@@ -3,8 +3,8 @@ a chosen window, and the share of allocated cores that sat idle.
 
 The report is ``GET /api/v1/usage?by=namespace``'s own (:class:`Chargeback`, a
 tenant's namespaces restricting its queries as they restrict REST's), over the
-window ``?window=`` names: the last hour, 6 or 24 hours, or (the default, as
-REST's) all the history holds. A report is kept for one step of its window and
+window ``?window=`` names: the last 15 minutes, hour, 6 or 24 hours, or (the
+default, as REST's) all the history holds. A report is kept for one step of its window and
 then recomputed in the background while the page shows the one before
 (:class:`Reports`); the page's CSV and REST links name the window of the
 report it shows, so they give its numbers.
@@ -32,7 +32,7 @@ from collector.web.ui.pages import answering, render, template
 
 log = logging.getLogger(__name__)
 
-WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": None}
+WINDOWS = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": None}
 """``?window=`` values: the seconds back from now (None: all the history holds)."""
 KEPT_REPORTS = 32
 """Reports kept at most (one per window and reader's namespaces), the least recent dropped."""

@@ -13,10 +13,12 @@ its PromQL link names.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from aiohttp import web
@@ -35,7 +37,7 @@ from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
-from collector.web.ui.listing import Page, ViewError, ViewQuery, view_query
+from collector.web.ui.listing import Page, ViewError, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
 from collector.web.usage import ContainerReading
 
@@ -166,6 +168,7 @@ class WorkloadViews:
         self._interval = interval
         self._lookback = lookback
         self._idle_after = idle_after
+        self._runs = Runs()
 
     def routes(self) -> list[web.RouteDef]:
         """``GET /workloads`` and ``GET /workloads/{namespace}/{pod}``."""
@@ -193,7 +196,8 @@ class WorkloadViews:
         if query.listing.sort is None:
             found = _unsorted(nodes, names, query.page)
         else:
-            found = _sorted(_rows(nodes, names), query)
+            spec = (query.listing.sort, query.listing.descending, names)
+            found = self._runs.page(nodes, spec, query.page)
         page = Page([self._workload(p, c) for p, c in found.rows], found.total, found.number)
         selector = ",".join(
             matcher(label, value)
@@ -328,44 +332,69 @@ def _wanted(access: Access, namespace: str | None) -> frozenset[str] | None:
     return access.namespaces
 
 
-def _rows(nodes: list[Presented], names: frozenset[str] | None) -> list[Row]:
-    """Every container vGPU of ``nodes`` in ``names`` (None: all), in REST's order."""
-    if names is None:
-        return [(p, r) for p in nodes for r in p.usage.containers]
-    return [
-        (p, r)
-        for p in nodes
-        if not names.isdisjoint(p.usage.namespaces)
-        for r in p.usage.containers
-        if r.namespace in names
-    ]
+Spec = tuple[str, bool, frozenset[str] | None]
+"""A sort: the field, whether descending, the namespaces kept (None: all)."""
+Run = tuple[list[tuple[Any, Presented, ContainerReading]], list[ContainerReading]]
+"""One node's rows of a sort: those with a value, sorted (ties in the node's order), and
+those without, in the node's order."""
 
 
-def _sorted(rows: list[Row], query: ViewQuery) -> Page[Row]:
-    """The query's page of ``rows`` in the order REST's sort gives them (nulls last, ties in
-    the rows' order either way), without a Python call per row: at 5,000 nodes the rows
-    are some 100,000. The first pages take the largest (or smallest) few, which
-    :mod:`heapq` documents as the sort's first few, ties included."""
-    field = query.listing.sort
-    if field == "node":
-        keys: list[Any] = [p.usage.node for p, _ in rows]
-    else:
-        at = _READING_INDEX[READING_OF[field or ""]]
-        keys = [r[at] for _, r in rows]
-    present = [i for i, key in enumerate(keys) if key is not None]
-    start = (query.page - 1) * PAGE_ROWS
-    wanted = start + PAGE_ROWS
-    if wanted * 8 < len(present):
-        pick = heapq.nlargest if query.listing.descending else heapq.nsmallest
-        present = pick(wanted, present, key=keys.__getitem__)
-    else:
-        present.sort(key=keys.__getitem__, reverse=query.listing.descending)
-    order = present[start:wanted]
-    if len(order) < PAGE_ROWS:
-        nulls = [i for i, key in enumerate(keys) if key is None]
-        skip = max(start - len(present), 0)
-        order += nulls[skip : skip + PAGE_ROWS - len(order)]
-    return Page([rows[i] for i in order], len(rows), query.page)
+class Runs:
+    """Each node's rows sorted by the last sort asked of it, kept while its read model is.
+
+    A page of a sort merges the nodes' sorted runs (:func:`heapq.merge`, which
+    takes ties from the earlier run first): the same order as REST's one sort
+    of all rows (nulls last, ties in the rows' order), for the cost of the
+    page's rows and the nodes that changed, not of every row. At 5,000 nodes
+    the rows are some 100,000.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[Presented, Spec, Run]] = {}
+
+    def page(self, nodes: list[Presented], spec: Spec, number: int) -> Page[Row]:
+        """Page ``number`` of the rows of ``nodes`` sorted by ``spec``."""
+        _, descending, names = spec
+        runs = [
+            (p, self._run(p, spec))
+            for p in nodes
+            if names is None or not names.isdisjoint(p.usage.namespaces)
+        ]
+        if len(self._nodes) > 2 * len(nodes):
+            self._prune({p.usage.node for p in nodes})
+        present = sum(len(run[0]) for _, run in runs)
+        total = present + sum(len(run[1]) for _, run in runs)
+        start = (number - 1) * PAGE_ROWS
+        merged = heapq.merge(
+            *[run[0] for _, run in runs if run[0]], key=itemgetter(0), reverse=descending
+        )
+        rows: list[Row] = [(p, r) for _, p, r in itertools.islice(merged, start, start + PAGE_ROWS)]
+        if len(rows) < PAGE_ROWS:
+            skip = max(start - present, 0)
+            nulls = ((p, r) for p, run in runs for r in run[1])
+            rows += itertools.islice(nulls, skip, skip + PAGE_ROWS - len(rows))
+        return Page(rows, total, number)
+
+    def _run(self, presented: Presented, spec: Spec) -> Run:
+        usage = presented.usage
+        kept = self._nodes.get(usage.node)
+        if kept is not None and kept[0] is presented and kept[1] == spec:
+            return kept[2]
+        field, descending, names = spec
+        readings = [r for r in usage.containers if names is None or r.namespace in names]
+        if field == "node":
+            run: Run = ([(usage.node, presented, r) for r in readings], [])
+        else:
+            at = _READING_INDEX[READING_OF[field]]
+            keyed = [(r[at], presented, r) for r in readings if r[at] is not None]
+            keyed.sort(key=itemgetter(0), reverse=descending)
+            run = (keyed, [r for r in readings if r[at] is None])
+        self._nodes[usage.node] = (presented, spec, run)
+        return run
+
+    def _prune(self, live: set[str]) -> None:
+        for gone in self._nodes.keys() - live:
+            del self._nodes[gone]
 
 
 def _unsorted(nodes: list[Presented], names: frozenset[str] | None, number: int) -> Page[Row]:
