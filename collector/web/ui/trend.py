@@ -112,6 +112,13 @@ class Trend:
             for name in measures(namespaces)
         }
 
+    async def refresh(self, namespaces: frozenset[str] | None) -> None:
+        """Top up the reader's series now and wait for it (a bench times one top-up)."""
+        kept = self._kept.setdefault(namespaces, _Kept())
+        if kept.task is None:
+            kept.task = asyncio.create_task(self._top_up(kept, namespaces))
+        await asyncio.shield(kept.task)
+
     async def running(self, app: web.Application) -> AsyncIterator[None]:
         """A cleanup context: once the app stops, every top-up in flight stops too."""
         yield
