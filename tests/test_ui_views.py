@@ -222,16 +222,19 @@ async def test_workloads_pages_and_sorts_are_rests() -> None:
         "sort=-cores_allocated&page=3",
         "sort=-node&page=8",
         "sort=namespace&page=9",
+        "namespace=ns-a&page=3",
+        "namespace=ns-1&sort=-memory_used_bytes&page=2",
     )
     async with collector(cluster(450)) as (_, http):
         for query in queries:
             shown = Rows(await page(http, f"/workloads?{query}"))
             number = int(query.partition("page=")[2] or 1)
-            sort = query.partition("&")[0] if query.startswith("sort") else ""
-            listed = await rest(http, f"/api/v1/pods?{sort}")
+            same = "&".join(q for q in query.split("&") if q and not q.startswith("page="))
+            listed = await rest(http, f"/api/v1/pods?{same}")
             expected = listed["containers"][(number - 1) * 100 : number * 100]
             got = [(a["node"], a["namespace"], a["pod"]) for a, _ in shown.rows]
             assert got == [(c["node"], c["namespace"], c["pod"]) for c in expected], query
+        listed = await rest(http, "/api/v1/pods")
         assert listed["total"] == 900
         filtered = Rows(await page(http, "/workloads?namespace=ns-1&node=n-004"))
         assert [(a["namespace"], a["pod"]) for a, _ in filtered.rows] == [("ns-1", "b-4")]

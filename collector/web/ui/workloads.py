@@ -4,8 +4,8 @@ one pod's containers with their last hour.
 The rows are ``GET /api/v1/pods``' (one per container vGPU, its ``namespace``
 and ``node`` filters, its sort fields, a tenant's namespaces only), each with
 the resource kind of its allocation. Unsorted, a page is found by counting
-each node's containers from its key set, so only the page's rows are read;
-sorted, every matching row is (as REST does). A pod's charts are range
+each node's containers per namespace from its key set, so only the page's
+rows are read; sorted, by merging each node's rows sorted (:class:`Runs`). A pod's charts are range
 queries over the history through the collector's PromQL engine, the queries
 its PromQL link names.
 """
@@ -16,6 +16,7 @@ import heapq
 import itertools
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -39,7 +40,7 @@ from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.listing import Page, ViewError, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
-from collector.web.usage import ContainerReading
+from collector.web.usage import ContainerReading, NodeUsage, Shape
 
 CHART_SECONDS = 3600.0
 """How far back a pod's charts reach (less where the history holds less)."""
@@ -169,6 +170,7 @@ class WorkloadViews:
         self._lookback = lookback
         self._idle_after = idle_after
         self._runs = Runs()
+        self._counts = Counts()
 
     def routes(self) -> list[web.RouteDef]:
         """``GET /workloads`` and ``GET /workloads/{namespace}/{pod}``."""
@@ -194,7 +196,7 @@ class WorkloadViews:
         access = access_of(request)
         names = _wanted(access, namespace)
         if query.listing.sort is None:
-            found = _unsorted(nodes, names, query.page)
+            found = self._counts.page(nodes, names, query.page)
         else:
             spec = (query.listing.sort, query.listing.descending, names)
             found = self._runs.page(nodes, spec, query.page)
@@ -397,29 +399,42 @@ class Runs:
             del self._nodes[gone]
 
 
-def _unsorted(nodes: list[Presented], names: frozenset[str] | None, number: int) -> Page[Row]:
-    """The page of rows in REST's order, counting each node's rows from its key set and
-    reading only the nodes the page falls on."""
-    start, total = (number - 1) * PAGE_ROWS, 0
-    rows: list[Row] = []
-    for presented in nodes:
-        usage = presented.usage
-        if names is None:
-            kept = None
-            count = len(usage.shape.containers)
-        elif names.isdisjoint(usage.namespaces):
-            continue
-        else:
-            kept = [labels[0] in names for labels, _ in usage.shape.containers]
-            count = sum(kept)
-        if total + count > start and len(rows) < PAGE_ROWS:
-            readings = usage.containers  # in the shape's order
-            chosen = (
-                list(readings)
-                if kept is None
-                else [r for r, k in zip(readings, kept, strict=True) if k]
-            )
-            skip = max(start - total, 0)
-            rows += [(presented, r) for r in chosen[skip : skip + PAGE_ROWS - len(rows)]]
-        total += count
-    return Page(rows, total, number)
+class Counts:
+    """How many container vGPUs of each namespace each node has, kept per node key set:
+    an unsorted page counts the rows before it without reading them."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[Shape, Counter[str]]] = {}
+
+    def of(self, usage: NodeUsage) -> Counter[str]:
+        """The node's container vGPUs per namespace."""
+        kept = self._nodes.get(usage.node)
+        if kept is not None and kept[0] is usage.shape:
+            return kept[1]
+        counts = Counter(labels[0] for labels, _ in usage.shape.containers)
+        self._nodes[usage.node] = (usage.shape, counts)
+        return counts
+
+    def page(self, nodes: list[Presented], names: frozenset[str] | None, number: int) -> Page[Row]:
+        """The page of rows in REST's order, reading only the nodes the page falls on."""
+        if len(self._nodes) > 2 * len(nodes):
+            live = {p.usage.node for p in nodes}
+            for gone in self._nodes.keys() - live:
+                del self._nodes[gone]
+        start, total = (number - 1) * PAGE_ROWS, 0
+        rows: list[Row] = []
+        for presented in nodes:
+            usage = presented.usage
+            if names is None:
+                count = len(usage.shape.containers)
+            elif names.isdisjoint(usage.namespaces):
+                continue
+            else:
+                counts = self.of(usage)
+                count = sum(counts[name] for name in names)
+            if total + count > start and len(rows) < PAGE_ROWS:
+                chosen = [r for r in usage.containers if names is None or r.namespace in names]
+                skip = max(start - total, 0)
+                rows += [(presented, r) for r in chosen[skip : skip + PAGE_ROWS - len(rows)]]
+            total += count
+        return Page(rows, total, number)
