@@ -94,11 +94,13 @@ def cluster_tile(presented: Presented, state: str) -> Tile:
 
 _MICRO = 1_000_000
 """Cores are summed in millionths of a card: whole numbers add and subtract exactly."""
-_FIELDS = 7
-(_ALLOCATED, _USED, _CORES_ALLOCATED, _CORES_USED, _ALLOCATIONS, _IDLE, _VGPUS) = range(_FIELDS)
+_FIELDS = 8
+(_ALLOCATED, _USED, _CORES_ALLOCATED, _CORES_USED, _ALLOCATIONS, _IDLE, _VGPUS, _SM_READINGS) = (
+    range(_FIELDS)
+)
 Sums = list[int]
 """Per namespace: memory allocated and used (bytes), cores allocated and used (millionths of
-a card), allocations, idle allocations, container vGPUs."""
+a card), allocations, idle allocations, container vGPUs, vGPUs with an SM utilisation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +113,13 @@ class Use:
     cores_used: float
     allocations: int
     idle: int
+    utilisation: float | None
+    """Mean SM utilisation (0-100) of the vGPUs that report one."""
 
     @classmethod
     def of(cls, sums: Sums) -> Use:
         """The figures of a :class:`Ledger` row."""
+        readings = sums[_SM_READINGS]
         return cls(
             sums[_ALLOCATED],
             sums[_USED],
@@ -122,6 +127,7 @@ class Use:
             sums[_CORES_USED] / _MICRO,
             sums[_ALLOCATIONS],
             sums[_IDLE],
+            sums[_CORES_USED] / _MICRO * 100 / readings if readings else None,
         )
 
 
@@ -135,8 +141,10 @@ def node_sums(containers: Iterable[ContainerReading]) -> dict[str, Sums]:
         row[_ALLOCATED] += c.memory_allocated or 0
         row[_USED] += c.memory_used or 0
         row[_CORES_ALLOCATED] += round((c.cores_allocated or 0.0) * _MICRO)
-        row[_CORES_USED] += round((c.sm_utilization or 0.0) * (_MICRO / 100))
         row[_VGPUS] += 1
+        if c.sm_utilization is not None:
+            row[_CORES_USED] += round(c.sm_utilization * (_MICRO / 100))
+            row[_SM_READINGS] += 1
         if c.memory_allocated is not None or c.cores_allocated is not None:
             row[_ALLOCATIONS] += 1
             if c.idle_seconds is not None and c.idle_seconds > IDLE_AFTER:
@@ -144,15 +152,16 @@ def node_sums(containers: Iterable[ContainerReading]) -> dict[str, Sums]:
     return found
 
 
-Figures = tuple[int, int, int, int]
-"""A node's cards, memory used and memory total (bytes), and utilisation band."""
+Figures = tuple[int, int, int, int, int, int]
+"""A node's cards, memory used and memory total (bytes), its cards' utilisation summed (in
+thousandths of a percent) and how many report one, and its utilisation band."""
 
 
 class Ledger:
     """Every node's figures and container readings summed, kept up to date by difference.
 
-    Why: summing every container and node per request is 70 ms at 1,000
-    nodes (28 vGPUs a node). A node's sums are kept with the read model they
+    Why: summed per request, the overview took 18 ms at 1,000 nodes of 28
+    vGPUs each (9.6 ms kept this way), so over 80 ms at 5,000. A node's sums are kept with the read model they
     came from (its :class:`Presented`, replaced when the node's view changes:
     a scrape, a push) and redone only then; the totals take the old sums off
     and the new ones on, in whole numbers, so they stay exact.
@@ -161,8 +170,8 @@ class Ledger:
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[Presented, Figures, dict[str, Sums]]] = {}
         self.namespaces: dict[str, Sums] = {}
-        self.figures = [0, 0, 0]
-        """The cluster's cards, memory used and memory total."""
+        self.figures = [0, 0, 0, 0, 0]
+        """The cluster's cards, memory used, memory total, utilisation summed, cards reporting."""
         self.bands: Counter[int] = Counter()
 
     def update(self, presented: Iterable[Presented]) -> None:
@@ -177,10 +186,15 @@ class Ledger:
             if held is not None:
                 self._apply(held[1], held[2], -1)
             s = one.summary
+            utils = [
+                c.utilization_percent for c in s.utilization if c.utilization_percent is not None
+            ]
             figures = (
                 s.card_count,
                 s.memory_used_bytes or 0,
                 s.memory_total_bytes or 0,
+                round(sum(utils) * 1000),
+                len(utils),
                 band(s.utilization_average_percent),
             )
             sums = node_sums(one.usage.containers)
@@ -192,9 +206,9 @@ class Ledger:
                 self._apply(figures, sums, -1)
 
     def _apply(self, figures: Figures, sums: dict[str, Sums], sign: int) -> None:
-        for i in range(3):
+        for i in range(5):
             self.figures[i] += sign * figures[i]
-        self.bands[figures[3]] += sign
+        self.bands[figures[5]] += sign
         for namespace, row in sums.items():
             total = self.namespaces.get(namespace)
             if total is None:
@@ -220,6 +234,8 @@ class Totals:
     cards: int = 0
     memory_used: int = 0
     memory_total: int = 0
+    utilisation: float | None = None
+    """The cards' mean utilisation (0-100); a tenant's: its vGPUs' mean SM utilisation."""
     use: Use = field(default_factory=lambda: Use.of([0] * _FIELDS))
     namespaces: dict[str, Use] = field(default_factory=dict)
     states: Counter[str] = field(default_factory=Counter)
@@ -285,7 +301,12 @@ class Overview:
             return layout.error(request, 400, str(exc))
         access = access_of(request)
         totals, entries = self.gather(request.app, access)
-        series = await self._trend.series(access.namespaces)
+        now = {
+            "memory used": totals.memory_used if totals.nodes else None,
+            "memory allocated": totals.use.memory_allocated or None,
+            "utilisation": totals.utilisation,
+        }
+        series = await self._trend.series(access.namespaces, now)
         shown = [tile_of(e) for e in entries[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]]
         body = BODY.render(
             t=totals,
@@ -333,11 +354,15 @@ class Overview:
                 state = "failing" if name in failing else one.health(one.age(now), interval)
                 entries.append((_RANK[state], name, state, one))
             totals.nodes = len(entries)
-            totals.cards, totals.memory_used, totals.memory_total = self._ledger.figures
+            totals.cards, totals.memory_used, totals.memory_total, summed, cards = (
+                self._ledger.figures
+            )
+            totals.utilisation = summed / 1000 / cards if cards else None
             totals.bands = self._ledger.bands
         else:
             tiles = [t for one in presented if (t := self._tenant_tile(one, access, now))]
             totals.count(tiles)
+            totals.utilisation = totals.use.utilisation
             entries = [(_RANK[t.state], t.node, t.state, t) for t in tiles]
         totals.states.update(entry[2] for entry in entries)
         entries.sort(key=_BY_RANK_AND_NAME)

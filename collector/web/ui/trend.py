@@ -4,14 +4,15 @@ Why kept: a range query over the last hour reads every card's and vGPU's
 points (about 2 s at 5,000 nodes), far over a page's 100 ms. So each reader's
 series (the cluster's, or one tenant's: its namespaces restrict every
 selector, as its queries are) are kept, and at most once an interval a
-request starts a top-up in the background: a range query over the steps not
-charted yet, one or two in steady state, and the newest interval's point
-(replaced each time: the chart reaches now, not the last whole step), through
-the same engine and on-loop reads as ``/prometheus`` (:mod:`collector.promql.onloop`). A request never
-waits for a top-up, but the very first one of a reader waits
+request starts a top-up in the background once a new step is due: a range
+query over the steps not charted yet (one in steady state), through the same
+engine and on-loop reads as ``/prometheus`` (:mod:`collector.promql.onloop`).
+A request never waits for a top-up, but the very first one of a reader waits
 :data:`FIRST_WAIT` seconds for it, so a small cluster's page has its chart at
 once. Steps are aligned to multiples of the step, as chargeback's are, and
-points older than the hour are dropped.
+points older than the hour are dropped. The page adds the point of now from
+the read model its totals come from, so the chart ends at the totals shown
+(a query of its own for that point cost as much as the steps' top-up).
 """
 
 from __future__ import annotations
@@ -68,8 +69,6 @@ class _Kept:
     """One reader's points per measure, up to the step ``last``."""
 
     points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    live: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    """The newest interval's point, after ``last``: replaced by each top-up."""
     last: float = -math.inf
     checked: float = -math.inf
     task: asyncio.Task[None] | None = None
@@ -96,21 +95,28 @@ class Trend:
         self._clock = clock
         self._kept: dict[frozenset[str] | None, _Kept] = {}
 
-    async def series(self, namespaces: frozenset[str] | None) -> dict[str, Series]:
-        """The reader's series by measure, as kept now; a top-up starts when one is due."""
+    async def series(
+        self, namespaces: frozenset[str] | None, now: Mapping[str, float | None]
+    ) -> dict[str, Series]:
+        """The reader's series by measure, as kept, each ending at ``now``'s value of it
+        (None: no point now); a top-up starts when a step is due."""
         kept = self._kept.get(namespaces)
         if kept is None:
             kept = self._kept[namespaces] = _Kept()
             while len(self._kept) > READERS:
                 self._forget(next(iter(self._kept)))
-        if kept.task is None and time.monotonic() - kept.checked >= self._interval:
+        due = self._clock() >= kept.last + self._step
+        if due and kept.task is None and time.monotonic() - kept.checked >= self._interval:
             kept.task = asyncio.create_task(self._top_up(kept, namespaces))
         if kept.last == -math.inf and kept.task is not None:
             await asyncio.wait({kept.task}, timeout=FIRST_WAIT)
-        return {
-            name: Series(name, kept.points.get(name, []) + kept.live.get(name, []))
-            for name in measures(namespaces)
-        }
+        at = self._clock()
+        found = {}
+        for name in measures(namespaces):
+            value = now.get(name)
+            tail = [(at, value)] if value is not None and math.isfinite(value) else []
+            found[name] = Series(name, kept.points.get(name, []) + tail)
+        return found
 
     async def refresh(self, namespaces: frozenset[str] | None) -> None:
         """Top up the reader's series now and wait for it (a bench times one top-up)."""
@@ -136,39 +142,33 @@ class Trend:
         now, step = self._clock(), self._step
         last = math.floor(now / step) * step
         first = max(kept.last + step, (math.floor((now - SPAN) / step) + 1) * step)
-        live = math.floor(now / self._interval) * self._interval
-        windows = [(first, last, step)] if first <= last else []
-        if live > last:
-            windows.append((live, live, step))
         try:
-            found = await self._query(namespaces, windows)
+            found = await self._query(namespaces, first, last) if first <= last else {}
         except QueryError as exc:
             log.warning("the overview's chart could not read the history: %s", exc)
             return
         finally:
             kept.checked = time.monotonic()
             kept.task = None
-        if first <= last:
-            for name, points in found[0].items():
-                held = kept.points.setdefault(name, [])
-                held.extend(points)
-                del held[: sum(1 for t, _ in held if t <= now - SPAN)]
-            kept.last = last
-        kept.live = found[-1] if live > last else {}
+        for name, points in found.items():
+            held = kept.points.setdefault(name, [])
+            held.extend(points)
+            del held[: sum(1 for t, _ in held if t <= now - SPAN)]
+        kept.last = max(kept.last, last)
 
     async def _query(
-        self, namespaces: frozenset[str] | None, windows: list[tuple[float, float, float]]
-    ) -> list[dict[str, list[tuple[float, float]]]]:
-        """Each measure over each window (first step, last step, step), in one worker thread."""
+        self, namespaces: frozenset[str] | None, first: float, last: float
+    ) -> dict[str, list[tuple[float, float]]]:
+        """Each measure's points from step ``first`` to step ``last``, in a worker thread."""
         reader = LoopReader(self._history, asyncio.get_running_loop())
         chosen = measures(namespaces)
 
-        def run(expr: str, first: float, last: float, step: float) -> list[tuple[float, float]]:
+        def run(expr: str) -> list[tuple[float, float]]:
             prepared = prepare_range(
                 expr,
                 first,
                 last,
-                step,
+                self._step,
                 reader,
                 self._lookback,
                 self._timeout,
@@ -178,11 +178,8 @@ class Trend:
             answer = cast(list[RangeSeries], prepared.run())  # a sum: one series or none
             return [(t, v) for one in answer for t, v in one.points if math.isfinite(v)]
 
-        def every() -> list[dict[str, list[tuple[float, float]]]]:
-            return [{n: run(e, *window) for n, e in chosen.items()} for window in windows]
-
         try:
-            return await asyncio.to_thread(every)
+            return await asyncio.to_thread(lambda: {n: run(e) for n, e in chosen.items()})
         except asyncio.CancelledError:
             reader.cancel()
             raise
