@@ -289,7 +289,8 @@ async def test_bad_parameters_are_named_in_a_400() -> None:
             ("/workloads?node=a&node=b", "&#39;node&#39; is given more than once"),
             ("/workloads?sort=-health", "unknown field &#39;-health&#39;"),
             ("/namespaces?window=2h", "&#39;window&#39; must be one of 15m, 1h, 6h, 24h, all"),
-            ("/nodes/n-000?x=1", "unknown query parameter &#39;x&#39;"),
+            ("/nodes/n-000?x=1", "unknown query parameter &#39;x&#39;; allowed: refresh"),
+            ("/workloads/ns-a/a-0?page=2", "unknown query parameter &#39;page&#39;"),
         ):
             html = await page(http, path, status=400)
             assert said in html, path

@@ -60,6 +60,17 @@ class ViewQuery:
         return self.href(path, sort=field if now == f"-{field}" else f"-{field}", page=None)
 
 
+def check_names(query: MultiMapping[str], allowed: Sequence[str] = ()) -> None:
+    """Raise a 400 :class:`ViewError` for a parameter not in ``allowed`` (nor :data:`KEPT`),
+    or one given twice."""
+    allowed = (*allowed, *KEPT)
+    for name in query:
+        if name not in allowed:
+            raise bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(allowed)}")
+        if len(query.getall(name)) > 1:
+            raise bad(f"query parameter {name!r} is given more than once")
+
+
 def view_query(
     query: MultiMapping[str],
     sorts: Sequence[str],
@@ -71,12 +82,7 @@ def view_query(
     ``sorts`` are the fields it sorts by, ``filters`` the parameters that narrow
     its rows, ``more`` parameters of its own (which it checks itself).
     """
-    allowed = ("page", "sort", *filters, *more, *KEPT)
-    for name in query:
-        if name not in allowed:
-            raise bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(allowed)}")
-        if len(query.getall(name)) > 1:
-            raise bad(f"query parameter {name!r} is given more than once")
+    check_names(query, ("page", "sort", *filters, *more))
     sort = query.get("sort") or None
     if sort is not None and sort.removeprefix("-") not in sorts:
         raise bad(

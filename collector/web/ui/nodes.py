@@ -23,7 +23,7 @@ from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary
 from collector.web.rest.presented import Presented, TenantView
 from collector.web.ui import layout
 from collector.web.ui.kinds import Kinds
-from collector.web.ui.listing import Page, ViewError, page_of, view_query
+from collector.web.ui.listing import Page, ViewError, check_names, page_of, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
 from collector.web.usage import NodeUsage
 
@@ -206,7 +206,7 @@ class NodeViews:
 
     async def detail(self, request: web.Request) -> web.Response:
         """One node: each card with its allocated and used memory and cores, and its pods."""
-        view_query(request.query, (), ())
+        check_names(request.query)
         store, node = request.app[self._store_key], request.match_info["node"]
         presented = self._nodes.one(store, node)
         access = access_of(request)

@@ -38,7 +38,7 @@ from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
-from collector.web.ui.listing import Page, ViewError, view_query
+from collector.web.ui.listing import Page, ViewError, check_names, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
 from collector.web.usage import ContainerReading, NodeUsage, Shape
 
@@ -217,7 +217,7 @@ class WorkloadViews:
     async def detail(self, request: web.Request) -> web.Response:
         """One pod: its container vGPUs as ``GET /api/v1/namespaces/{namespace}/pods/{pod}``,
         and each container's last hour of memory and utilisation."""
-        view_query(request.query, (), ())
+        check_names(request.query)
         store = request.app[self._store_key]
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
         missing = ViewError(404, f"no pod {namespace}/{pod} has vGPU data")
