@@ -129,9 +129,10 @@ def name(i: int) -> str:
 
 @asynccontextmanager
 async def collector(
-    nodes: dict[str, Batch], retention: float = 3600.0
+    nodes: dict[str, Batch], retention: float = 3600.0, kind: SourceKind = SourceKind.AGENT
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
-    """The app holding ``nodes`` (each pushed twice, a minute apart, for the history)."""
+    """The app holding ``nodes``, each from a source of ``kind`` twice, a minute apart (for
+    the history)."""
     settings = CollectorSettings(
         listen="127.0.0.1:0", kubernetes=False, history_retention=retention
     )
@@ -139,7 +140,7 @@ async def collector(
     app.middlewares.append(access_from_header)
     now = time.time()
     for node, held in nodes.items():
-        source = Source(f"agent/{node}", f"agent {node}", node, SourceKind.AGENT, 0)
+        source = Source(f"{kind}/{node}", f"{kind} {node}", node, kind, 0)
         for sampled in (now - 60, now):
             app[STORE].put(source, held, time.monotonic(), sampled)
     async with serving(app) as base, aiohttp.ClientSession(base) as http:
@@ -208,6 +209,16 @@ async def test_node_detail_shows_each_card_with_its_pods_and_readings() -> None:
         assert "215 W" in html
         assert 'href="/workloads/ns-a/p"' in html
         assert 'href="/api/v1/nodes/n-1"' in html
+
+
+async def test_a_volcano_nodes_slices_are_named_so() -> None:
+    held = {"v-1": batch(1, [Vgpu("ns-a", "p"), Vgpu("ns-a", "q", kind="mig")])}
+    async with collector(held, kind=SourceKind.VOLCANO) as (_, http):
+        rows = Rows(await page(http, "/workloads?node=v-1"))
+        assert {a["pod"]: cells[4] for a, cells in rows.rows} == {
+            "p": "Volcano vGPU",
+            "q": "MIG instance",
+        }
 
 
 async def test_workloads_pages_and_sorts_are_rests() -> None:
