@@ -9,7 +9,7 @@ as the read model parses its labels once per key set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from collector import schema
 from collector.exposition.render import key_labels
@@ -54,10 +54,11 @@ class Kinds:
             return f"{'Volcano' if volcano else 'HAMi'} vGPU"
         return LABELS.get(kind, kind)
 
-    def prune(self, live: set[str]) -> None:
-        """Forget nodes not in ``live``."""
-        for gone in self._nodes.keys() - live:
-            del self._nodes[gone]
+    def prune(self, nodes: Sequence[NodeUsage]) -> None:
+        """Forget the nodes not among ``nodes`` (the store's), once they are many."""
+        if len(self._nodes) > len(nodes):
+            for gone in self._nodes.keys() - {usage.node for usage in nodes}:
+                del self._nodes[gone]
 
 
 def _kinds(usage: NodeUsage) -> dict[Container, str]:

@@ -16,14 +16,15 @@ from typing import Any
 from aiohttp import web
 
 from collector.store import Store
-from collector.web.access import access_of
+from collector.web.access import Access, access_of
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.endpoints import NODE_SORT_FIELDS
 from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary
 from collector.web.rest.presented import Presented, TenantView
 from collector.web.ui import layout
 from collector.web.ui.kinds import Kinds
-from collector.web.ui.listing import Page, ViewError, check_names, page_of, view_query
+from collector.web.ui.layout import PAGE_ROWS
+from collector.web.ui.listing import Page, ViewError, ViewQuery, check_names, page_of, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
 from collector.web.usage import NodeUsage
 
@@ -160,37 +161,14 @@ class NodeViews:
     async def table(self, request: web.Request) -> web.Response:
         """One page of nodes, sorted and filtered as ``GET /api/v1/nodes``."""
         query = view_query(request.query, NODE_SORT_FIELDS, ("namespace",))
-        store, interval, now = request.app[self._store_key], self._interval, time.monotonic()
+        store, now = request.app[self._store_key], time.monotonic()
         namespace = query.listing.filters.get("namespace")
         access = access_of(request)
-        every = self._nodes.all(store)
-        self._kinds.prune({p.usage.node for p in every})
         page: Page[NodeSummary]
-        if access.cluster:
-            items = [
-                (p, p.age(now))
-                for p in every
-                if namespace is None or namespace in p.usage.namespaces
-            ]
-
-            def value(item: tuple[Presented, float], field: str) -> Any:
-                presented, age = item
-                if field == "data_age_seconds":
-                    return age
-                if field == "health":
-                    return presented.health(age, interval)
-                return getattr(presented.summary, field)
-
-            chosen = page_of(items, query, value)
-            page = Page([p.at(now, interval) for p, _ in chosen.rows], chosen.total, chosen.number)
+        if access.cluster and namespace is None and query.listing.sort is None:
+            page = self._plain(store, query.page, now)
         else:
-            summaries = [
-                view.summary(now, interval)
-                for p in every
-                if (view := p.tenant_view(access)) is not None
-                and (namespace is None or any(c.namespace == namespace for c in view.containers))
-            ]
-            page = page_of(summaries, query, getattr)
+            page = self._chosen(store, query, access, now)
         expr = "sum by (node) (hami_host_gpu_memory_used_bytes)"
         if namespace is not None:
             expr = (
@@ -203,6 +181,45 @@ class NodeViews:
         pager = layout.pager(request, page.number, page.total)
         body = render(LIST, query=query, page=page, pager=pager)
         return layout.render(request, "Nodes", body, links, self._interval)
+
+    def _plain(self, store: Store, number: int, now: float) -> Page[NodeSummary]:
+        """Page ``number`` of every node in REST's order: only its nodes' summaries are
+        made (after a scrape round most nodes' are out of date)."""
+        names = [node for node in store.nodes() if store.view(node) is not None]
+        start = (number - 1) * PAGE_ROWS
+        chosen = [self._nodes.one(store, node) for node in names[start : start + PAGE_ROWS]]
+        rows = [p.at(now, self._interval) for p in chosen if p is not None]
+        return Page(rows, len(names), number)
+
+    def _chosen(
+        self, store: Store, query: ViewQuery, access: Access, now: float
+    ) -> Page[NodeSummary]:
+        """The query's page of nodes, filtered and sorted as REST's list of nodes."""
+        interval, namespace = self._interval, query.listing.filters.get("namespace")
+        every = self._nodes.all(store)
+        self._kinds.prune([p.usage for p in every])
+        if not access.cluster:
+            summaries = [
+                view.summary(now, interval)
+                for p in every
+                if (view := p.tenant_view(access)) is not None
+                and (namespace is None or any(c.namespace == namespace for c in view.containers))
+            ]
+            return page_of(summaries, query, getattr)
+        items = [
+            (p, p.age(now)) for p in every if namespace is None or namespace in p.usage.namespaces
+        ]
+
+        def value(item: tuple[Presented, float], field: str) -> Any:
+            presented, age = item
+            if field == "data_age_seconds":
+                return age
+            if field == "health":
+                return presented.health(age, interval)
+            return getattr(presented.summary, field)
+
+        chosen = page_of(items, query, value)
+        return Page([p.at(now, interval) for p, _ in chosen.rows], chosen.total, chosen.number)
 
     async def detail(self, request: web.Request) -> web.Response:
         """One node: each card with its allocated and used memory and cores, and its pods."""

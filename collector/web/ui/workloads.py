@@ -193,6 +193,7 @@ class WorkloadViews:
             nodes = [] if one is None else [one]
         else:
             nodes = self._nodes.all(store)
+            self._kinds.prune([p.usage for p in nodes])
         access = access_of(request)
         names = _wanted(access, namespace)
         if query.listing.sort is None:
