@@ -83,32 +83,36 @@ def _next_point(points: BoolArray) -> IntArray:
 
 
 def _total(term: FloatArray, lo: IntArray, hi: IntArray) -> FloatArray:
-    """Sums of ``term[:, lo:hi]`` per row and step, as IEEE addition in any order would give them.
+    """Sums of ``term[:, lo:hi]`` per row and step, as IEEE addition in any order would give them;
+    ``lo`` and ``hi`` are one per step (every row's) or ``(n, k)``.
 
     Prefix sums in extended precision keep a difference of two long prefixes
     exact enough; infinities and NaNs are counted apart, so one of them only
     spoils the windows that hold it: any NaN or both infinities give NaN, one
     kind of infinity gives it.
     """
-    rows = term.shape[0]
-    starts = np.broadcast_to(lo, (rows, lo.shape[-1]))
-    ends = np.broadcast_to(hi, (rows, hi.shape[-1]))
     finite = np.isfinite(term)
     if finite.all():
-        return _span(term, starts, ends)
-    total = _span(np.where(finite, term, 0.0), starts, ends)
-    nan = _span(np.isnan(term).astype(np.float64), starts, ends) > 0
-    up = _span((term == np.inf).astype(np.float64), starts, ends) > 0
-    down = _span((term == -np.inf).astype(np.float64), starts, ends) > 0
+        return _span(term, lo, hi)
+    total = _span(np.where(finite, term, 0.0), lo, hi)
+    nan = _span(np.isnan(term).astype(np.float64), lo, hi) > 0
+    up = _span((term == np.inf).astype(np.float64), lo, hi) > 0
+    down = _span((term == -np.inf).astype(np.float64), lo, hi) > 0
     total = np.where(up, np.inf, np.where(down, -np.inf, total))
     return np.where(nan | (up & down), np.nan, total)
 
 
 def _span(term: FloatArray, starts: IntArray, ends: IntArray) -> FloatArray:
-    prefix = np.zeros((term.shape[0], term.shape[1] + 1), dtype=np.longdouble)
+    rows, width = term.shape[0], term.shape[1] + 1
+    prefix = np.zeros((rows, width), dtype=np.longdouble)
     np.cumsum(term, axis=1, dtype=np.longdouble, out=prefix[:, 1:])
-    ends = np.maximum(ends, starts)
-    total = np.take_along_axis(prefix, ends, axis=1) - np.take_along_axis(prefix, starts, axis=1)
+    flat = (np.arange(rows, dtype=np.int64) * width)[:, None]
+
+    def at(index: IntArray) -> FloatArray:
+        # columns shared by every row index at once; a row's own, a flat take (see Window.value)
+        return prefix[:, index] if index.ndim == 1 else prefix.take(index + flat)
+
+    total = at(np.maximum(ends, starts)) - at(starts)
     sums: FloatArray = total.astype(np.float64)
     return sums
 
@@ -231,13 +235,14 @@ class Window:
     @cached_property
     def previous(self) -> IntArray:
         """Index of the point before each window's newest one."""
-        index = self._previous_points.take(self.last + self._flat)
+        index: IntArray = self._previous_points.take(self.last + self._flat)
         return np.maximum(index, 0)
 
     def value(self, index: IntArray) -> FloatArray:
         """The values at ``index`` (``(n, k)`` positions on the axis)."""
         # a flat take: take_along_axis builds a broadcast index of every row, a cost per call
-        return self.values.take(index + self._flat)
+        picked: FloatArray = self.values.take(index + self._flat)
+        return picked
 
     def time(self, index: IntArray) -> IntArray:
         """The times (ms) at ``index``."""
