@@ -242,7 +242,7 @@ def top_up_row(r: dict[str, Any]) -> Row:
     t = r["chart_top_up"]
     return Row(
         f"overview chart's top-up in the background at {r['nodes']:,} nodes: steady"
-        " (once an interval while read) / first (the hour), CPU",
+        " (one step, every 30 s or interval while read) / first (the hour), CPU",
         f"{t['steady_cpu_ms']:.0f} ms / {t['first_cpu_ms']:.0f} ms",
         "-",
         "-",
