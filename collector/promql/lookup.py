@@ -117,6 +117,13 @@ def _span(term: FloatArray, starts: IntArray, ends: IntArray) -> FloatArray:
     return sums
 
 
+CACHED_CELLS = 8192
+"""Cells of one ``(n, k)`` array of a window: its rows are cut so that a range function's
+dozens of passes over such arrays (and ``w`` times larger window tensors) stay in the CPU's
+cache. Measured over 19,000 series x 61 steps, ``rate``: 80 ms in windows of 128 rows,
+120 of 1,024, 180 in one; ``deriv`` 115, 185, 210."""
+
+
 def bounds(times: IntArray, refs: IntArray, range_ms: int) -> tuple[IntArray, IntArray]:
     """Each window ``[ref - range, ref]``'s index bounds ``[lo, hi)`` on an axis of ``times``."""
     lo = np.searchsorted(times, refs - range_ms, side="left")
@@ -129,29 +136,45 @@ def windows(
     """The blocks' windows, blocks whose windows have the same bounds stacked into one
     :class:`Window`; and for each row of the blocks laid end to end, its row among the
     windows' (None: the same). ``timed``: the function reads the points' times, so only
-    blocks of one time axis stack.
+    blocks whose times are one another's shifted by a constant stack (each row keeps its
+    block's first time).
 
     Why stacked: a node's series are a block of their own (each node is scraped
     at its own times), and a range function costs a few dozen numpy calls a
-    block: 200 nodes took 200 times those. Nodes scraped at one interval mostly
-    share their windows' bounds, not their times.
+    block: 200 nodes took 200 times those. Nodes scraped at one interval share
+    their windows' bounds and the times between their points. A stack is cut
+    into windows of :data:`CACHED_CELLS`, as is a large block.
     """
     groups: dict[bytes, list[int]] = {}
     spans = []
     for i, block in enumerate(blocks):
         lo, hi = bounds(block.times, refs, range_ms)
         spans.append((lo, hi))
-        axis = block.times.tobytes() if timed else block.times.size.to_bytes(8, "little")
+        times = block.times
+        axis = (times - times[0]).tobytes() if timed else times.size.to_bytes(8, "little")
         groups.setdefault(axis + lo.tobytes() + hi.tobytes(), []).append(i)
     made = []
     for members in groups.values():
         part = [blocks[i] for i in members]
-        values = part[0].values if len(part) == 1 else np.concatenate([b.values for b in part])
-        points = part[0].points if len(part) == 1 else np.concatenate([b.points for b in part])
-        made.append(
-            Window(part[0].times, values, points, spans[members[0]], refs, range_ms, at_steps)
-        )
-    if len(groups) == len(blocks):
+        first = part[0]
+        if len(part) == 1:
+            values, points = first.values, first.points
+            origin = np.broadcast_to(first.times[:1, None], (values.shape[0], 1))
+        else:
+            values = np.concatenate([b.values for b in part])
+            points = np.concatenate([b.points for b in part])
+            starts = np.array([b.times[0] for b in part], dtype=np.int64)
+            origin = np.repeat(starts, [len(b.labels) for b in part])[:, None]
+        axis = first.times - first.times[0]
+        lo, hi = spans[members[0]]
+        rows = max(1, CACHED_CELLS // max(axis.size, refs.size, 1))
+        for a in range(0, values.shape[0], rows):
+            cut = slice(a, a + rows)
+            window = Window(
+                axis, origin[cut], values[cut], points[cut], (lo, hi), refs, range_ms, at_steps
+            )
+            made.append(window)
+    if len(groups) == len(blocks):  # stacked nothing: each block's rows in order
         return made, None
     sizes = np.array([len(b.labels) for b in blocks], dtype=np.int64)
     starts = np.cumsum(sizes) - sizes
@@ -173,6 +196,7 @@ class Window:
     def __init__(
         self,
         axis: IntArray,
+        origin: IntArray,
         values: FloatArray,
         points: BoolArray,
         bounds: tuple[IntArray, IntArray],
@@ -181,8 +205,11 @@ class Window:
         at_steps: IntArray,
     ) -> None:
         self.axis = axis
-        """The times (ms) of the axis' positions; of the first block's where blocks of other
-        times stacked (for a function that reads no times, :func:`windows`)."""
+        """The axis' times (ms) from its first: a row's times are these plus its ``origin``
+        (of the first block's axis where axes of other spacings stacked, for a function that
+        reads no times, :func:`windows`)."""
+        self.origin = origin
+        """Each row's first time (ms), ``(n, 1)``, or ``(1, 1)`` shared by all."""
         self.values = values
         self.points = points
         self.lo, self.hi = bounds
@@ -246,7 +273,7 @@ class Window:
 
     def time(self, index: IntArray) -> IntArray:
         """The times (ms) at ``index``."""
-        picked: IntArray = self.axis[index]
+        picked: IntArray = self.axis[index] + self.origin
         return picked
 
     def pairs(self, term: FloatArray) -> FloatArray:

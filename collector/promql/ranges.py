@@ -92,7 +92,7 @@ def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, Floa
 def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """The regression summed over each window's points in float64, ``x`` relative to the
     intercept as Prometheus takes it: no long prefix to cancel, so no extended precision."""
-    times, values, points = win.axis, win.values, win.points
+    axis, origin, values, points = win.axis, win.origin[:, :, None], win.values, win.points
     shape = win.count.shape
     intercept_ms = np.broadcast_to(intercept_ms, shape)
     initial = win.value(win.first)
@@ -103,7 +103,7 @@ def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArra
         index, inside = index.T, inside.T
         mask = points[:, index] & inside[None]
         y_all = values[:, index]
-        x = (times[index][None] - intercept_ms[:, None, steps]) / 1000
+        x = (axis[index][None] + origin - intercept_ms[:, None, steps]) / 1000
         x = np.where(mask, x, 0.0)
         y = np.where(mask, y_all, 0.0)
         n = count[:, steps]
@@ -123,17 +123,16 @@ def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArra
 def _regression_prefix(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
     """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``.
 
-    Sums come from extended-precision prefix sums with ``x`` relative to the
-    block's first time, shifted to the intercept afterwards; a window of equal
+    Sums come from extended-precision prefix sums with ``x`` relative to each
+    row's first time, shifted to the intercept afterwards; a window of equal
     values has slope 0 (NaN for infinities), any other non-finite value NaN.
     """
-    times = win.axis
-    x = ((times - times[0]) / 1000).astype(np.float64)
+    x = (win.axis / 1000).astype(np.float64)
     y = win.values
     n = win.count.astype(np.longdouble)
     sx, sy = win.sums(np.broadcast_to(x, y.shape)), win.sums(y)
     sxy, sxx = win.sums(x * y), win.sums(np.broadcast_to(x * x, y.shape))
-    c = ((intercept_ms - times[0]) / 1000).astype(np.longdouble)
+    c = ((intercept_ms - win.origin) / 1000).astype(np.longdouble)
     lx = sx.astype(np.longdouble) - n * c
     lxy = sxy.astype(np.longdouble) - c * sy
     lxx = sxx.astype(np.longdouble) - 2 * c * sx + n * c * c
