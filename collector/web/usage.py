@@ -6,7 +6,7 @@ changes, which for a scraped node is every scrape. What the view's *keys* say
 only when cards or containers come and go, so it is kept as the node's
 :class:`Shape`. A new view with the same keys as the last (in steady state the
 very same key objects, in the same order) costs one C-level pass of identity
-checks plus a lookup per card reading; a new key set costs one label parse per
+checks plus a read by place per card reading; a new key set costs one label parse per
 card and per container vGPU (their families share the label text). Container
 readings are taken from the view only when asked for. Nothing is kept for a
 node beyond its current view.
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from collector import schema
+from collector.batch import Series
 from collector.exposition.render import key_labels
 from collector.store import NodeView
 
@@ -73,7 +74,8 @@ class _ContainerKey(NamedTuple):
 
 _Info = _CardKey | _ContainerKey | None
 """What a key is to the read model (None: nothing it shows, e.g. build info, MIG)."""
-_Keys = tuple[bytes | None, ...]
+_Places = tuple[int | None, ...]
+"""Where each reading's series is in the shape's keys (None: no series carries it)."""
 
 
 class CardReading(NamedTuple):
@@ -117,18 +119,21 @@ class Shape:
     """What a node's key set says, values aside: its cards, its containers, and their keys.
 
     ``cards`` is sorted by index then UUID, ``containers`` by namespace, pod,
-    container and vdevice index; each holds its identity labels and the key of
-    each of its readings (None where no series carries that reading).
+    container and vdevice index; each holds its identity labels and the place
+    of each of its readings in ``keys`` (None where no series carries that
+    reading). Values are read by place from the series' packed values: looking
+    them up by key would build a key index per batch, which cost a node's read
+    model a third of its time.
     """
 
     __slots__ = ("cards", "container_count", "containers", "keys", "namespaces")
 
     def __init__(self, series: Mapping[bytes, float]) -> None:
         self.keys = tuple(series)
-        cards: dict[str, tuple[CardLabels, list[bytes | None]]] = {}
-        containers: dict[ContainerLabels, list[bytes | None]] = {}
+        cards: dict[str, tuple[CardLabels, list[int | None]]] = {}
+        containers: dict[ContainerLabels, list[int | None]] = {}
         classify = _Classifier()
-        for key in self.keys:
+        for place, key in enumerate(self.keys):
             info = classify(key)
             if isinstance(info, _CardKey):
                 held = cards.get(info.card)
@@ -136,19 +141,19 @@ class Shape:
                     held = cards[info.card] = (info.labels, [None] * len(_CARD_SLOTS))
                 elif held[0] != info.labels:
                     held = cards[info.card] = (_merge(held[0], info.labels), held[1])
-                held[1][info.slot] = key
+                held[1][info.slot] = place
             elif isinstance(info, _ContainerKey):
                 keys = containers.get(info.labels)
                 if keys is None:
                     keys = containers[info.labels] = [None] * len(_CONTAINER_SLOTS)
-                keys[info.slot] = key
-        self.cards: tuple[tuple[CardLabels, _Keys], ...] = tuple(
+                keys[info.slot] = place
+        self.cards: tuple[tuple[CardLabels, _Places], ...] = tuple(
             sorted(
                 ((labels, tuple(keys)) for labels, keys in cards.values()),
                 key=lambda c: (c[0][0] is None, c[0][0] or 0, c[0][1]),
             )
         )
-        self.containers: tuple[tuple[ContainerLabels, _Keys], ...] = tuple(
+        self.containers: tuple[tuple[ContainerLabels, _Places], ...] = tuple(
             sorted(
                 ((labels, tuple(keys)) for labels, keys in containers.items()),
                 key=lambda c: (*c[0][:3], _int(c[0][3]) or 0, c[0][3:]),
@@ -190,8 +195,8 @@ class NodeUsage:
     def __init__(self, view: NodeView, shape: Shape) -> None:
         self.view = view
         self.shape = shape
-        series = view.series
-        self.cards = tuple(_card(labels, keys, series) for labels, keys in shape.cards)
+        values = _packed(view.series)
+        self.cards = tuple(_card(labels, places, values) for labels, places in shape.cards)
         used = [c.memory_used for c in self.cards if c.memory_used is not None]
         totals = [c.memory_total for c in self.cards if c.memory_total is not None]
         utils = [c.utilization for c in self.cards if c.utilization is not None]
@@ -222,9 +227,9 @@ class NodeUsage:
     def containers(self) -> tuple[ContainerReading, ...]:
         """Every vGPU of every container, in the shape's order."""
         if self._containers is None:
-            series = self.view.series
+            values = _packed(self.view.series)
             self._containers = tuple(
-                _container(labels, keys, series) for labels, keys in self.shape.containers
+                _container(labels, places, values) for labels, places in self.shape.containers
             )
         return self._containers
 
@@ -330,8 +335,13 @@ def _int(text: str) -> int | None:
     return int(text) if 0 < len(text) <= 9 and text.isascii() and text.isdigit() else None
 
 
-def _values(keys: _Keys, series: Mapping[bytes, float]) -> list[float | None]:
-    values = [None if key is None else series[key] for key in keys]
+def _packed(series: Mapping[bytes, float]) -> Sequence[float]:
+    """The values of ``series`` in its keys' order (a shape's places index them)."""
+    return series.packed()[1] if isinstance(series, Series) else tuple(series.values())
+
+
+def _values(places: _Places, packed: Sequence[float]) -> list[float | None]:
+    values = [None if place is None else packed[place] for place in places]
     if all(v is None or v - v == 0 for v in values):  # no NaN, no infinity: the usual case
         return values
     return [v if v is not None and math.isfinite(v) else None for v in values]
@@ -341,8 +351,8 @@ def _bytes(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _card(labels: CardLabels, keys: _Keys, series: Mapping[bytes, float]) -> CardReading:
-    read = dict(zip(_CARD_READINGS, _values(keys, series), strict=True))
+def _card(labels: CardLabels, places: _Places, packed: Sequence[float]) -> CardReading:
+    read = dict(zip(_CARD_READINGS, _values(places, packed), strict=True))
     return CardReading(
         device_index=labels[0],
         device_uuid=labels[1],
@@ -357,9 +367,9 @@ def _card(labels: CardLabels, keys: _Keys, series: Mapping[bytes, float]) -> Car
 
 
 def _container(
-    labels: ContainerLabels, keys: _Keys, series: Mapping[bytes, float]
+    labels: ContainerLabels, places: _Places, packed: Sequence[float]
 ) -> ContainerReading:
-    read = dict(zip(_VGPU_READINGS, _values(keys, series), strict=True))
+    read = dict(zip(_VGPU_READINGS, _values(places, packed), strict=True))
     used = read["memory_used"]
     return ContainerReading(
         namespace=labels[0],
