@@ -238,7 +238,8 @@ def _range_labels(blocks: list[Block], stored: bool, named: bool) -> tuple[list[
     every = [labels for b in blocks for labels in b.labels]
     if named:
         return every, stored
-    shared = stored and every and every[0][:1] and every[0][0][0] == METRIC_NAME
-    if shared and len({labels[:1] for labels in every}) == 1:
+    # (a storage label set is never empty: it has its __name__)
+    shared = stored and every and every[0][0][0] == METRIC_NAME
+    if shared and len({labels[0] for labels in every}) == 1:
         return [labels[1:] for labels in every], True
     return [drop_name(labels) for labels in every], False

@@ -133,12 +133,8 @@ def _label_order(vec: Vec) -> IntArray:
         # a range function's rows of one metric: the storage's label sets less the first pair
         # (``__name__``) they all share (Vec.maps says the rows lost no other) sort as the
         # storage's do
-        if (
-            pairs
-            and pairs[0]
-            and pairs[0][0][0] == METRIC_NAME
-            and len({p[:1] for p in pairs}) == 1
-        ):
+        # (a storage label set is never empty: it has its __name__)
+        if pairs and pairs[0][0][0] == METRIC_NAME and len({p[0] for p in pairs}) == 1:
             return np.argsort(rank, kind="stable")
     keys = [pairs_key(labels) for labels in vec.labels]
     return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
