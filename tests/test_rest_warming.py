@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from collector.app import STORE, TASKS
 from collector.normalise import Normaliser
 from collector.store import Store
 from collector.web import health
-from collector.web.rest.cache import WARM_AFTER_READ_S, NodeCache
+from collector.web.rest.cache import WARM_AFTER_READ_S, WARM_SLICE_S, NodeCache
 from collector.web.rest.handlers import RestApi
 from core.tasks import RestartPolicy, Supervisor
 
@@ -89,6 +90,80 @@ async def test_no_warming_without_readers_and_a_late_reader_reads_the_new_values
         assert used == {n.name: sum(c.memory_used for c in n.cards) for n in nodes}
         assert cache.stale(store) == 0
         assert not cache.idle, "read again: warming again"
+
+
+async def test_warming_keeps_pace_with_a_cluster_that_all_changes_while_read() -> None:
+    nodes = simulated(6)
+    store = Store(60)
+    fill(store, nodes)
+    cache = NodeCache(Clock(), period=0.0, pause=0.0)
+    async with warmed(store, cache) as client:
+        await get(client, f"/api/v1/nodes/{nodes[0].name}")
+        for round_ in range(3):  # every node changes each round, no read in between
+            await eventually(lambda: holds(cache.stale(store) == 0), 10, f"round {round_} warmed")
+            fill(store, nodes)
+            assert cache.stale(store) == len(nodes)
+        await eventually(lambda: holds(cache.stale(store) == 0), 10, "the last round warmed")
+        assert not cache.idle
+
+
+def test_a_slice_rebuilds_what_its_budget_allows_and_the_next_goes_on() -> None:
+    nodes = simulated(5)
+    store = Store(60)
+    fill(store, nodes)
+    cache = NodeCache()
+    assert cache.refresh(store, 1.0), "enough budget: all current in one slice"
+    fill(store, nodes)
+    left = []
+    while not cache.refresh(store, -1.0):  # spent at once: one node a slice
+        left.append(cache.stale(store))
+    assert left == list(range(len(nodes) - 1, -1, -1)), "one node each, none done twice"
+    assert cache.refresh(store, -1.0), "nothing changed since: current"
+
+    # A node the store no longer holds is forgotten by the next pass.
+    store.remove(source(nodes[0]).id)
+    assert cache.refresh(store, 1.0)
+    assert cache.stale(store) == 0
+    assert [p.usage.node for p in cache.all(store)] == sorted(n.name for n in nodes[1:])
+
+
+class Slicing(NodeCache):
+    """Rebuilds one node a slice, noting the budget each slice was given and the event
+    loop's turn it ran in."""
+
+    def __init__(self, turn: list[int]) -> None:
+        super().__init__(period=0.0, pause=0.0)
+        self.slices: list[tuple[float, int]] = []
+        self._turn = turn
+
+    def refresh(self, store: Store, budget: float) -> bool:
+        self.slices.append((budget, self._turn[0]))
+        return super().refresh(store, -1.0)
+
+
+async def test_the_warmer_gives_the_event_loop_back_after_every_slice() -> None:
+    nodes = simulated(8)
+    store = Store(60)
+    fill(store, nodes)
+    turn = [0]
+
+    async def ticking() -> None:
+        while True:
+            turn[0] += 1
+            await asyncio.sleep(0)
+
+    cache = Slicing(turn)
+    ticker = asyncio.create_task(ticking())
+    try:
+        async with warmed(store, cache) as client:
+            await get(client, f"/api/v1/nodes/{nodes[0].name}")
+            await eventually(lambda: holds(cache.stale(store) == 0), 10, "warmed")
+    finally:
+        ticker.cancel()
+    assert {budget for budget, _ in cache.slices} == {WARM_SLICE_S}
+    assert len(cache.slices) >= len(nodes) - 1, "the read built one node, the warmer the rest"
+    turns_seen = [t for _, t in cache.slices]
+    assert all(a < b for a, b in itertools.pairwise(turns_seen)), "other tasks ran between"
 
 
 class Crashing(NodeCache):

@@ -10,8 +10,14 @@ of every node and starts the overview's chart): in process, the route's
 handler called on a mocked request (what the server does for the page,
 rendering included), and over HTTP from a client process of its own
 (``bench.ui.client``). The REST figure is measured the same way in the same
-run. Nothing changes in the store while the figures are taken, so every node's
-read model is current, as the cache's warming keeps it between scrapes.
+run. The figures are taken in steady state (``bench.ui.churn``): every node's
+source sends a new batch every :data:`STEP` seconds, spread over the interval
+as scrapes are, so every node's read model goes out of date once an interval
+and the REST cache's warming must keep pace; timing starts after one whole
+round. In process, requests come :data:`GAP_S` apart (a handler called in a
+loop would never yield to the store's feed or the warming). Beside them: what
+rebuilding every node's read model costs after a round (``NodeCache.all`` on a
+cache of its own), and the process's CPU share while the views were timed.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from bench.kit.table import Row, mark, table, write_result
 from bench.kit.timing import median, percentile, settle
 from bench.query.fill import fill
 from bench.query.setup import HISTORY_MAX_POINTS, STALE_AFTER
+from bench.ui.churn import Churn
 from collector.app import STORE, build_app
 from collector.settings import CollectorSettings
+from collector.web.rest.cache import NodeCache
 from collector.web.ui.trend import POINTS, SPAN, Trend
 
 NODES = 5000
@@ -41,6 +49,8 @@ ROUNDS = 5
 STEP = 15.0
 REPEATS = 50
 GOAL_MS = 100.0
+GAP_S = 0.05
+"""Between two in-process requests: the event loop's turns for the feed and the warming."""
 
 VIEWS: tuple[tuple[str, str], ...] = (
     ("overview", "/"),
@@ -84,19 +94,35 @@ async def measure(nodes: int = NODES, repeats: int = REPEATS) -> dict[str, Any]:
             await _handle(app, path)
         await _charted(app)
         settle()
-        in_process, over_http = {}, {}
-        for _, path in views:
-            await _quiet()
-            in_process[path] = await _in_process(app, path, repeats)
-        for _, path in views:
-            await _quiet()
-            over_http.update(await _over_http(f"http://{host}:{port}", repeats, [path]))
+        churn = Churn(app[STORE], STEP)
+        feed = asyncio.create_task(churn.run())
+        try:
+            await churn.rounds(1)  # steady state: every node changed since the untimed reads
+            in_process, over_http = {}, {}
+            cpu, wall, put_s = time.process_time(), time.perf_counter(), churn.put_s
+            for _, path in views:
+                await _quiet()
+                in_process[path] = await _in_process(app, path, repeats)
+            for _, path in views:
+                await _quiet()
+                over_http.update(await _over_http(f"http://{host}:{port}", repeats, [path]))
+            timed_s = time.perf_counter() - wall
+            steady = {
+                "interval_s": STEP,
+                "timed_s": timed_s,
+                "process_cpu_share": (time.process_time() - cpu) / timed_s,
+                "feed_share": (churn.put_s - put_s) / timed_s,
+                **await _rebuild(app, churn),
+            }
+        finally:
+            feed.cancel()
         top_up = await _top_up(app, settings, now)
     finally:
         await runner.cleanup()
     return {
         "nodes": nodes,
         "rounds": ROUNDS,
+        "steady": steady,
         "chart_top_up": top_up,
         "series": filled.samples // max(1, filled.rounds),
         "repeats": repeats,
@@ -110,6 +136,18 @@ async def measure(nodes: int = NODES, repeats: int = REPEATS) -> dict[str, Any]:
             for name, path in views
         ],
     }
+
+
+async def _rebuild(app: web.Application, churn: Churn) -> dict[str, float]:
+    """CPU to rebuild every node's read model once a round has changed them all, as a
+    request would with no warming (a cache of its own, its shapes made a round before)."""
+    cache = NodeCache()
+    cache.all(app[STORE])
+    await churn.rounds(1)
+    cpu = time.process_time()
+    count = len(cache.all(app[STORE]))
+    spent = time.process_time() - cpu
+    return {"rebuild_all_cpu_ms": spent * 1e3, "rebuild_per_node_us": spent / count * 1e6}
 
 
 async def _quiet() -> None:
@@ -184,6 +222,7 @@ async def _handle(app: web.Application, path: str) -> web.Response:
 async def _in_process(app: web.Application, path: str, repeats: int) -> list[float]:
     found = []
     for _ in range(repeats):
+        await asyncio.sleep(GAP_S)
         began = time.perf_counter()
         await _handle(app, path)
         found.append(time.perf_counter() - began)
@@ -251,6 +290,23 @@ def top_up_row(r: dict[str, Any]) -> Row:
     )
 
 
+def steady_row(r: dict[str, Any]) -> Row:
+    """What the steady state costs: a whole rebuild (what warming spares a request), the
+    process's CPU while the views were timed, and the feed's part of it."""
+    s = r["steady"]
+    return Row(
+        f"steady state at {r['nodes']:,} nodes (each node a new batch every"
+        f" {s['interval_s']:.0f} s): rebuilding every node's read model after a round,"
+        " without warming / a node; process CPU while timed (the feed's part)",
+        f"{s['rebuild_all_cpu_ms']:.0f} ms / {s['rebuild_per_node_us']:.0f} us;"
+        f" {s['process_cpu_share']:.0%} of a core ({s['feed_share']:.0%})",
+        "-",
+        "-",
+        "-",
+        "-",
+    )
+
+
 def markdown(r: dict[str, Any]) -> str:
     """``ui.md``: the table and what it measured."""
     return (
@@ -260,10 +316,15 @@ def markdown(r: dict[str, Any]) -> str:
         "Produced by `python -m bench ui` (`bench/ui/run.py`). In process: the route's handler"
         " on a mocked request (read model, aggregation, rendering); HTTP: from a client process"
         " of its own over loopback. The ratio is the view's HTTP p50 over REST's.\n\n"
-        "Each view is timed once the views' background work (the overview chart's"
-        " top-up, a report the namespaces view computes ahead) has ended; the top-up's own"
-        " cost is its row below.\n\n"
-        f"{table([*rows(r), top_up_row(r)])}\n"
+        "Steady state: every node's source sends a new batch every"
+        f" {r['steady']['interval_s']:.0f} s, spread over the interval as scrapes are"
+        " (`bench/ui/churn.py`), so every node's read model goes out of date once an"
+        " interval while the views are timed; timing starts a whole round after the untimed"
+        f" reads. In process, requests come {GAP_S * 1e3:.0f} ms apart (the feed's and the"
+        " warming's turns). Each view is timed once the views' background work (the"
+        " overview chart's top-up, a report the namespaces view computes ahead) has ended;"
+        " the top-up's own cost is its row below.\n\n"
+        f"{table([*rows(r), steady_row(r), top_up_row(r)])}\n"
     )
 
 
