@@ -59,11 +59,30 @@ def differences(want: Answer, got: Answer) -> list[str]:
     return problems
 
 
+def per_step(answer: Answer) -> dict[float, list[float]]:
+    """Each timestamp's values, whatever series holds them, ascending (NaN as +inf)."""
+    steps: dict[float, list[float]] = {}
+    for points in answer.values():
+        for t, v in points:
+            steps.setdefault(t, []).append(math.inf if math.isnan(v) else v)
+    return {t: sorted(vs) for t, vs in steps.items()}
+
+
+def same_per_step(want: Answer, got: Answer) -> bool:
+    """Whether each timestamp holds the same values in both, whichever series hold them:
+    what ``topk`` agrees on where tied series are picked otherwise."""
+    a, b = per_step(want), per_step(got)
+    return a.keys() == b.keys() and all(
+        len(a[t]) == len(b[t]) and all(map(_same, a[t], b[t])) for t in a
+    )
+
+
 def agreement(want: Answer, got: Answer) -> dict[str, Any]:
     """Whether two answers agree, with counts and the first problems."""
     problems = differences(want, got)
     return {
         "agree": not problems and bool(want),
+        "same_per_step": same_per_step(want, got),
         "series": len(want),
         "points": sum(len(p) for p in want.values()),
         "problems": len(problems),
