@@ -127,6 +127,21 @@ def test_a_slice_rebuilds_what_its_budget_allows_and_the_next_goes_on() -> None:
     assert [p.usage.node for p in cache.all(store)] == sorted(n.name for n in nodes[1:])
 
 
+def test_warming_builds_what_was_read_of_the_last_view() -> None:
+    nodes = simulated(4)
+    store = Store(60)
+    fill(store, nodes)
+    cache = NodeCache()
+    first = cache.all(store)[0]
+    first.rows()  # a reader of the first node's container rows (REST's pod list)
+    fill(store, nodes)
+    assert cache.refresh(store, 1.0)
+    warmed, *rest = cache.all(store)
+    assert warmed is not first
+    assert warmed.usage.containers_read, "read of the last view: built for the next"
+    assert not any(p.usage.containers_read for p in rest), "never read: left to first use"
+
+
 class Slicing(NodeCache):
     """Rebuilds one node a slice, noting the budget each slice was given and the event
     loop's turn it ran in."""

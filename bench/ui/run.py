@@ -252,6 +252,7 @@ def _figures(seconds: list[float]) -> dict[str, float]:
         "p50_ms": median(seconds) * 1e3,
         "p99_ms": percentile(seconds, 99) * 1e3,
         "max_ms": max(seconds) * 1e3,
+        "slowest_at": seconds.index(max(seconds)),
     }
 
 

@@ -224,6 +224,11 @@ class NodeUsage:
         return self.shape.namespaces
 
     @property
+    def containers_read(self) -> bool:
+        """Whether :attr:`containers` has been read (and so is built)."""
+        return self._containers is not None
+
+    @property
     def containers(self) -> tuple[ContainerReading, ...]:
         """Every vGPU of every container, in the shape's order."""
         if self._containers is None:

@@ -125,7 +125,9 @@ class NodeCache:
             cached = self._presented.get(node)
             if cached is not None and cached.usage.view is view:
                 continue
-            self._present(node, view)
+            presented = self._present(node, view)
+            if cached is not None:
+                presented.built_like(cached)
             if time.perf_counter() > deadline:
                 return False
         if self._gone:

@@ -114,6 +114,19 @@ class Presented:
         self._rows: tuple[tuple[ContainerReading, bytes], ...] | None = None
         self._pods: dict[tuple[str, str], list[ContainerReading]] | None = None
 
+    def built_like(self, earlier: Presented) -> None:
+        """Build now the forms ``earlier`` (the node's previous one) had built on use.
+
+        What was read of a node's last view is read of its next one (the views
+        read every node's containers, REST's pod list every row); warming builds
+        it, so those reads find it made."""
+        if earlier.usage.containers_read:
+            self.usage.containers  # noqa: B018 (a property, built on first use)
+        if earlier._rows is not None:
+            self.rows()
+        if earlier._pods is not None:
+            self.pod("", "")
+
     def age(self, now: float) -> float:
         """Seconds from the newest batch behind the view to ``now`` (monotonic)."""
         return round(max(now - self.usage.newest, 0.0), 3)
