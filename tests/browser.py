@@ -47,6 +47,19 @@ async def browse(profile: Path, *args: str, timeout: float = 60.0) -> str:
     return out.decode()
 
 
+async def page_and_shot(profile: Path, shot: Path, url: str, size: tuple[int, int]) -> str:
+    """Load ``url`` once: its DOM, and a screenshot of that same page at ``size`` into ``shot``."""
+    width, height = size
+    return await browse(
+        profile,
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        f"--screenshot={shot}",
+        "--dump-dom",
+        url,
+    )
+
+
 def png_size(path: Path) -> tuple[int, int]:
     """Width and height of a PNG, from its header; fails on anything else."""
     head = path.read_bytes()[:24]

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from browser import browse, png_size
+from browser import page_and_shot, png_size
 from helpers import eventually, reserved_port, running_collector, scraping_collector, serving
 from receivers import Recorder, prometheus_receiver
 
@@ -410,13 +410,8 @@ async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
             # Each load dumps the DOM and takes the screenshot of that same page.
             async def failing_in_browser() -> bool:
                 nonlocal dom
-                dom = await browse(
-                    tmp_path / "profile",
-                    "--hide-scrollbars",
-                    "--window-size=1400,1000",
-                    f"--screenshot={shot}",
-                    "--dump-dom",
-                    f"{base}/status",
+                dom = await page_and_shot(
+                    tmp_path / "profile", shot, f"{base}/status", (1400, 1000)
                 )
                 rows = Rows(dom).rows
                 agents = [row["node"] for row in rows if row["kind"] == "agent"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from browser import browse, png_size
+from browser import page_and_shot, png_size
 from helpers import eventually, running_demo
 from test_read_auth import TENANT, Reads, collector
 from test_status_page import with_agents
@@ -124,13 +124,8 @@ async def test_the_demo_overview_in_a_real_browser(tmp_path: Path) -> None:
         # failing. Each load dumps the DOM and takes the screenshot of that same page.
         async def failing_in_browser() -> bool:
             nonlocal dom
-            dom = await browse(
-                tmp_path / "profile",
-                "--hide-scrollbars",
-                "--window-size=1400,1000",
-                f"--screenshot={shot}",
-                "--dump-dom",
-                f"{base}/?refresh=0",
+            dom = await page_and_shot(
+                tmp_path / "profile", shot, f"{base}/?refresh=0", (1400, 1000)
             )
             tiles = Overview(dom).tiles
             return tiles.get(flaky, {}).get("state") == "failing"

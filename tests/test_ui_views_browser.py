@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from browser import browse, png_size
+from browser import page_and_shot, png_size
 from helpers import eventually, running_demo
 from test_ui_views import Rows
 
@@ -45,14 +45,8 @@ class Browser:
 
         async def agrees() -> bool:
             before = None if rest is None else await self.rest(rest)
-            dom = await browse(
-                self.folder / "profile",
-                "--hide-scrollbars",
-                f"--window-size={WIDTH},{HEIGHT}",
-                f"--screenshot={shot}",
-                "--dump-dom",
-                f"{self.base}{path}{'&' if '?' in path else '?'}refresh=0",
-            )
+            url = f"{self.base}{path}{'&' if '?' in path else '?'}refresh=0"
+            dom = await page_and_shot(self.folder / "profile", shot, url, (WIDTH, HEIGHT))
             rows = Rows(dom)
             found[:] = [rows]
             if rest is None:
