@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from collector.promql.arrays import Block
 from collector.promql.lookup import Window, bounds, windows
 from collector.promql.ranges import RANGE_FUNCTIONS, TIMED
+from collector.promql.values import Labels
 
 STEP_MS = 60_000
 
@@ -20,7 +21,7 @@ def blocks(draw: st.DrawFn) -> list[Block]:
     another spacing), values with repeats, resets and NaNs, points missing here and there."""
     width = draw(st.integers(1, 12))
     spacing = draw(st.sampled_from((15_000, 30_000, 60_000)))
-    made = []
+    made: list[Block] = []
     for _ in range(draw(st.integers(1, 5))):
         offset = draw(st.integers(0, spacing - 1))
         own = spacing if draw(st.integers(0, 4)) else spacing + 1_000
@@ -32,7 +33,7 @@ def blocks(draw: st.DrawFn) -> list[Block]:
             draw(st.lists(st.booleans(), min_size=rows * width, max_size=rows * width))
         ).reshape(rows, width)
         stale = np.zeros((rows, width), dtype=bool)
-        labels = [(("pod", f"p{len(made)}-{r}"),) for r in range(rows)]
+        labels: list[Labels] = [(("pod", f"p{len(made)}-{r}"),) for r in range(rows)]
         made.append(Block(times, labels, values.reshape(rows, width), present, stale))
     return made
 
