@@ -141,6 +141,15 @@ def test_warming_builds_what_was_read_of_the_last_view() -> None:
     assert warmed.usage.containers_read, "read of the last view: built for the next"
     assert not any(p.usage.containers_read for p in rest), "never read: left to first use"
 
+    # A request's rebuild builds only what it reads, but hands the wish on to warming.
+    fill(store, nodes)
+    by_request = cache.one(store, nodes[0].name)
+    assert by_request is not None
+    assert not by_request.usage.containers_read
+    fill(store, nodes)
+    assert cache.refresh(store, 1.0)
+    assert cache.all(store)[0].usage.containers_read
+
 
 class Slicing(NodeCache):
     """Rebuilds one node a slice, noting the budget each slice was given and the event

@@ -31,9 +31,11 @@ WARM_SLICE_S = 0.01
 WARM_PAUSE_S = 0.03
 """The pause between two slices while nodes are stale: at most a quarter of a core.
 
-At 5,000 nodes changing every 15 s, rebuilding them all costs about 0.5 s of CPU
-each interval (``python -m bench ui``); a quarter of a core gives 3.75 s, so the
-warmer keeps up with room to spare, and a request waits at most one slice."""
+At 5,000 nodes changing every 15 s, rebuilding every node's summary costs
+0.3-0.6 s of CPU an interval (``python -m bench ui``), and with the containers
+and rows the views and REST's pod list read (~190 and ~240 us a node) about
+2.5 s; a quarter of a core gives 3.75 s an interval, so the warmer keeps up
+and a request finds few stale nodes."""
 WARM_PERIOD_S = 0.25
 """How often the warmer looks for stale nodes once all are current."""
 WARM_AFTER_READ_S = 300.0
@@ -101,7 +103,9 @@ class NodeCache:
         return presented
 
     def _present(self, node: str, view: NodeView) -> Presented:
-        presented = Presented(self._index.usage(view))
+        earlier = self._presented.get(node)
+        wanted = frozenset() if earlier is None else earlier.wanted
+        presented = Presented(self._index.usage(view), wanted)
         self._presented[node] = presented
         return presented
 
@@ -125,9 +129,7 @@ class NodeCache:
             cached = self._presented.get(node)
             if cached is not None and cached.usage.view is view:
                 continue
-            presented = self._present(node, view)
-            if cached is not None:
-                presented.built_like(cached)
+            self._present(node, view).build_wanted()
             if time.perf_counter() > deadline:
                 return False
         if self._gone:

@@ -79,12 +79,19 @@ def _use(c: ContainerReading) -> dict[str, float | None] | None:
 
 
 class Presented:
-    """The API forms of one :class:`NodeUsage`, each built on first use."""
+    """The API forms of one :class:`NodeUsage`, each built on first use.
 
-    __slots__ = ("_pods", "_rows", "fragment", "summary", "usage")
+    ``wanted``: the forms read of the node's earlier views. What was read of a
+    node's last view is read of its next one (the views read every node's
+    containers, REST's pod list every row), so warming builds those ahead of
+    their readers; a request builds only what it reads, and hands the wish on.
+    """
 
-    def __init__(self, usage: NodeUsage) -> None:
+    __slots__ = ("_pods", "_rows", "_wanted", "fragment", "summary", "usage")
+
+    def __init__(self, usage: NodeUsage, wanted: frozenset[str] = frozenset()) -> None:
         self.usage = usage
+        self._wanted = wanted
         view = usage.view
         # One validation for the whole summary: the nested models come as plain dicts.
         self.summary = NodeSummary.model_validate(
@@ -114,17 +121,24 @@ class Presented:
         self._rows: tuple[tuple[ContainerReading, bytes], ...] | None = None
         self._pods: dict[tuple[str, str], list[ContainerReading]] | None = None
 
-    def built_like(self, earlier: Presented) -> None:
-        """Build now the forms ``earlier`` (the node's previous one) had built on use.
+    @property
+    def wanted(self) -> frozenset[str]:
+        """The forms built on use of this view, or wanted of the node's views before it."""
+        built = (
+            ("containers", self.usage.containers_read),
+            ("rows", self._rows is not None),
+            ("pods", self._pods is not None),
+        )
+        return self._wanted | {form for form, made in built if made}
 
-        What was read of a node's last view is read of its next one (the views
-        read every node's containers, REST's pod list every row); warming builds
-        it, so those reads find it made."""
-        if earlier.usage.containers_read:
+    def build_wanted(self) -> None:
+        """Build the forms :attr:`wanted` now (warming: their readers will come for them)."""
+        wanted = self._wanted
+        if "containers" in wanted:
             self.usage.containers  # noqa: B018 (a property, built on first use)
-        if earlier._rows is not None:
+        if "rows" in wanted:
             self.rows()
-        if earlier._pods is not None:
+        if "pods" in wanted:
             self.pod("", "")
 
     def age(self, now: float) -> float:
