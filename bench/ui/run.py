@@ -324,7 +324,9 @@ def markdown(r: dict[str, Any]) -> str:
         f" reads. In process, requests come {GAP_S * 1e3:.0f} ms apart (the feed's and the"
         " warming's turns). Each view is timed once the views' background work (the"
         " overview chart's top-up, a report the namespaces view computes ahead) has ended;"
-        " the top-up's own cost is its row below.\n\n"
+        " the top-up's own cost is its row below. `ui.json` names where each view's slowest"
+        " request fell (`slowest_at`; 0: the first, when the view's own per-node figures are"
+        " a round out of date).\n\n"
         f"{table([*rows(r), steady_row(r), top_up_row(r)])}\n"
     )
 
