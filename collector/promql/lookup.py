@@ -150,30 +150,11 @@ def windows(
     for i, block in enumerate(blocks):
         lo, hi = bounds(block.times, refs, range_ms)
         spans.append((lo, hi))
-        times = block.times
-        axis = (times - times[0]).tobytes() if timed else times.size.to_bytes(8, "little")
+        axis = _axis(block).tobytes() if timed else block.times.size.to_bytes(8, "little")
         groups.setdefault(axis + lo.tobytes() + hi.tobytes(), []).append(i)
     made = []
     for members in groups.values():
-        part = [blocks[i] for i in members]
-        first = part[0]
-        if len(part) == 1:
-            values, points = first.values, first.points
-            origin = np.broadcast_to(first.times[:1, None], (values.shape[0], 1))
-        else:
-            values = np.concatenate([b.values for b in part])
-            points = np.concatenate([b.points for b in part])
-            starts = np.array([b.times[0] for b in part], dtype=np.int64)
-            origin = np.repeat(starts, [len(b.labels) for b in part])[:, None]
-        axis = first.times - first.times[0]
-        lo, hi = spans[members[0]]
-        rows = max(1, CACHED_CELLS // max(axis.size, refs.size, 1))
-        for a in range(0, values.shape[0], rows):
-            cut = slice(a, a + rows)
-            window = Window(
-                axis, origin[cut], values[cut], points[cut], (lo, hi), refs, range_ms, at_steps
-            )
-            made.append(window)
+        made += _stacked([blocks[i] for i in members], spans[members[0]], refs, range_ms, at_steps)
     if len(groups) == len(blocks):  # stacked nothing: each block's rows in order
         return made, None
     sizes = np.array([len(b.labels) for b in blocks], dtype=np.int64)
@@ -182,6 +163,45 @@ def windows(
         [np.arange(starts[i], starts[i] + sizes[i]) for members in groups.values() for i in members]
     )
     return made, rank_of(stacked)
+
+
+def _axis(block: Block) -> IntArray:
+    """The block's times from its first."""
+    axis: IntArray = block.times - block.times[:1]
+    return axis
+
+
+def _stacked(
+    part: list[Block],
+    span: tuple[IntArray, IntArray],
+    refs: IntArray,
+    range_ms: int,
+    at_steps: IntArray,
+) -> list[Window]:
+    """The windows of blocks with bounds ``span``, stacked and cut at :data:`CACHED_CELLS`."""
+    first = part[0]
+    if len(part) == 1:
+        values, points = first.values, first.points
+    else:
+        values = np.concatenate([b.values for b in part])
+        points = np.concatenate([b.points for b in part])
+    starts = np.array([b.times[0] if b.times.size else 0 for b in part], dtype=np.int64)
+    origin = np.repeat(starts, [len(b.labels) for b in part])[:, None]
+    axis = _axis(first)
+    rows = max(1, CACHED_CELLS // max(axis.size, refs.size, 1))
+    return [
+        Window(
+            axis,
+            origin[a : a + rows],
+            values[a : a + rows],
+            points[a : a + rows],
+            span,
+            refs,
+            range_ms,
+            at_steps,
+        )
+        for a in range(0, values.shape[0], rows)
+    ]
 
 
 class Window:
