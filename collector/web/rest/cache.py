@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from collector.store import NodeView, Store
 from collector.web.rest.presented import Presented
@@ -28,18 +29,34 @@ log = logging.getLogger(__name__)
 
 WARM_SLICE_S = 0.01
 """The longest the warmer holds the event loop at a time."""
-WARM_PAUSE_S = 0.03
-"""The pause between two slices while nodes are stale: at most a quarter of a core.
+WARM_PAUSE_S = 0.01
+"""The pause between two slices while nodes are stale: at most half a core.
 
 At 5,000 nodes changing every 15 s, rebuilding every node's summary costs
 0.3-0.6 s of CPU an interval (``python -m bench ui``), and with the containers
-and rows the views and REST's pod list read (~190 and ~240 us a node) about
-2.5 s; a quarter of a core gives 3.75 s an interval, so the warmer keeps up
-and a request finds few stale nodes."""
+and rows the views and REST's pod list read, the overview's sums and a sort's
+runs (the cache's followers) about 2.5-3 s. The work is the same whether the
+warmer or a request does it; the share decides how far behind the cluster a
+request finds the cache: at a quarter of a core (30 ms pauses) the first
+request after a round found 1,170 of 5,000 nodes stale and rebuilt them
+(0.5-1 s), at half a core 35-170.
+"""
 WARM_PERIOD_S = 0.25
 """How often the warmer looks for stale nodes once all are current."""
 WARM_AFTER_READ_S = 300.0
 """How long after the last read the cache is kept warm."""
+
+
+class Follower(Protocol):
+    """What keeps figures of its own per node (a view's sums, its sorted rows): told of each
+    node as it is presented again and of the nodes kept when others were dropped, so its
+    figures follow the read model as warming rebuilds it, not a request later."""
+
+    def presented(self, presented: Presented) -> None:
+        """``presented`` is its node's form from now on."""
+
+    def pruned(self, live: set[str]) -> None:
+        """Only the nodes ``live`` are held from now on."""
 
 
 class NodeCache:
@@ -70,6 +87,12 @@ class NodeCache:
         """Whether the pass met a node the store no longer holds."""
         self._last_read = -WARM_AFTER_READ_S
         self._read = asyncio.Event()
+        self._followers: list[Follower] = []
+
+    def follow(self, follower: Follower) -> None:
+        """Tell ``follower`` of every node presented from now on (each once, by identity)."""
+        if all(f is not follower for f in self._followers):
+            self._followers.append(follower)
 
     def read(self) -> None:
         """Note a read of the API: keep the cache warm for :data:`WARM_AFTER_READ_S` from now."""
@@ -107,6 +130,8 @@ class NodeCache:
         wanted = frozenset() if earlier is None else earlier.wanted
         presented = Presented(self._index.usage(view), wanted)
         self._presented[node] = presented
+        for follower in self._followers:
+            follower.presented(presented)
         return presented
 
     def refresh(self, store: Store, budget: float) -> bool:
@@ -172,3 +197,5 @@ class NodeCache:
         for gone in self._presented.keys() - live:
             del self._presented[gone]
         self._index.prune(live)
+        for follower in self._followers:
+            follower.pruned(live)

@@ -201,6 +201,7 @@ class WorkloadViews:
         else:
             spec = (query.listing.sort, query.listing.descending, names)
             found = self._runs.page(nodes, spec, query.page)
+            self._nodes.follow(self._runs)
         page = Page([self._workload(p, c) for p, c in found.rows], found.total, found.number)
         selector = ",".join(
             matcher(label, value)
@@ -349,7 +350,10 @@ class Runs:
     takes ties from the earlier run first): the same order as REST's one sort
     of all rows (nulls last, ties in the rows' order), for the cost of the
     page's rows and the nodes that changed, not of every row. At 5,000 nodes
-    the rows are some 100,000.
+    the rows are some 100,000. Once a sort is read, the runs follow the node cache
+    (:meth:`NodeCache.follow`): a node's run for its last sort is redone as warming presents
+    the node again, so the first request after a round finds the runs sorted (it sorted
+    every node's: 0.3-0.7 s at 5,000 nodes).
     """
 
     def __init__(self) -> None:
@@ -364,7 +368,7 @@ class Runs:
             if names is None or not names.isdisjoint(p.usage.namespaces)
         ]
         if len(self._nodes) > 2 * len(nodes):
-            self._prune({p.usage.node for p in nodes})
+            self.pruned({p.usage.node for p in nodes})
         present = sum(len(run[0]) for _, run in runs)
         total = present + sum(len(run[1]) for _, run in runs)
         start = (number - 1) * PAGE_ROWS
@@ -395,7 +399,14 @@ class Runs:
         self._nodes[usage.node] = (presented, spec, run)
         return run
 
-    def _prune(self, live: set[str]) -> None:
+    def presented(self, presented: Presented) -> None:
+        """Sort the node's rows of ``presented`` as its last sort asked."""
+        kept = self._nodes.get(presented.usage.node)
+        if kept is not None and kept[0] is not presented:
+            self._run(presented, kept[1])
+
+    def pruned(self, live: set[str]) -> None:
+        """Drop the runs of the nodes not in ``live``."""
         for gone in self._nodes.keys() - live:
             del self._nodes[gone]
 
