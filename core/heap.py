@@ -40,7 +40,9 @@ zero while every new object stays young. At 5,000 nodes the REST read model's
 846,000 objects were found in generation 0 when a page's few allocations
 finally tipped the count: that collection took 0.41 s, the next of generation
 1 (687,000 objects) 0.42 s, and the views' p99 was theirs (``python -m bench
-ui``). Collected each second, the young generations hold a second's objects.
+ui``). Collected every :data:`YOUNG` seconds, they hold that long's objects:
+at 5,000 nodes, collected each second a young collection took 20-50 ms, every
+quarter of a second under 15 ms.
 For the same reason a freeze collects only the young generations: what is
 older survived a young collection since the last freeze, and a full
 collection of it walked the whole read model again; a cycle among it waits
@@ -63,8 +65,9 @@ SWEEP_SHARE = 0.001
 """The share of the time sweeps may take: one that took 0.1 s of CPU waits 100 s for the next."""
 
 
-YOUNG = 1.0
-"""Seconds between two collections of the young generations (0 and 1)."""
+YOUNG = 0.25
+"""Seconds between two collections of the young generations (0 and 1): the shorter, the
+shorter each collection (the same objects are walked once either way)."""
 
 THRESHOLDS = (10_000, 10, 1_000)
 """The cyclic collector's thresholds while the program runs (Python's: 700, 10, 10): young
@@ -129,7 +132,7 @@ async def keep_frozen(
     nodes, and one that falls inside a query adds that to its answer's time.
     Measured with the query bench at 1,000 nodes: one instant query in ten took
     100-115 ms over HTTP against a p50 of 73-83 ms; without the task, 78-87 ms.
-    A young collection holds it for a second's new objects only, and does not wait.
+    A young collection walks only the objects made since the last one, and does not wait.
     """
     wait = swept = 0.0  # the first tick sweeps: it costs what a freeze would, nothing is frozen yet
     settled = time.monotonic()
