@@ -154,8 +154,12 @@ class History:
         start = max(start, float(np.nextafter(self._floor, math.inf)))
         wanted: Iterable[tuple[NodeSeries, Mask | None]] = self._wanted(matchers)
         if lookup is not None:
-            many = _latest if newest else _looked_up
-            wanted = yield from many(wanted, start, end, lookup)
+            if newest:
+                wanted = yield from _latest(wanted, start, end, lookup)
+            # a node whose newest points cannot tell (one looked up before them: a chart's
+            # last whole step, an instant query at a time past) is looked up from its runs
+            # with the others: node by node, 5,000 nodes' took 1.1 s, 80 ms at once
+            wanted = yield from _looked_up(wanted, start, end, lookup)
         elif not newest:
             wanted = yield from _gridded(wanted, start, end)
         for state, want in wanted:
@@ -254,7 +258,7 @@ def _looked_up(
         yield from _many(
             wanted,
             lambda state, want: state.windows(want, start, end),
-            lambda windows: windows.size if windows.segments else 0,
+            lambda windows: windows.size if windows.times_ms.size else 0,
             lambda states, reads: _group(
                 states, looked_up(reads, lookup.at, lookup.lookback_ms), lookup
             ),
