@@ -69,10 +69,11 @@ YOUNG = 0.25
 """Seconds between two collections of the young generations (0 and 1): the shorter, the
 shorter each collection (the same objects are walked once either way)."""
 
-THRESHOLDS = (10_000, 10, 1_000)
+THRESHOLDS = (10_000, 10, 10_000)
 """The cyclic collector's thresholds while the program runs (Python's: 700, 10, 10): young
-objects are still collected often; a full collection comes only with a sweep (every young
-collection counts towards the third threshold, and a sweep comes within :data:`SWEEP`)."""
+objects are still collected often; a full collection comes only with a sweep (the third
+threshold counts collections of generation 1, one every :data:`YOUNG` seconds at least, and
+10,000 of them take longer than :data:`SWEEP`)."""
 
 
 @contextlib.contextmanager
@@ -92,8 +93,8 @@ def collect_young() -> int:
 
 
 def freeze() -> int:
-    """Collect what is not frozen yet, then move what is left to the permanent generation;
-    how many objects that generation holds.
+    """Collect the young generations, then move every object left to the permanent
+    generation; how many objects that generation holds.
 
     The collection walks only the young generations, and it keeps garbage that
     is still waiting there (a request's exception and traceback, say) from

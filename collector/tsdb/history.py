@@ -158,7 +158,8 @@ class History:
                 wanted = yield from _latest(wanted, start, end, lookup)
             # a node whose newest points cannot tell (one looked up before them: a chart's
             # last whole step, an instant query at a time past) is looked up from its runs
-            # with the others: node by node, 5,000 nodes' took 1.1 s, 80 ms at once
+            # with the others: read node by node, a one-step sum over 5,000 nodes took
+            # 1.0-1.1 s, at once 0.29 s
             wanted = yield from _looked_up(wanted, start, end, lookup)
         elif not newest:
             wanted = yield from _gridded(wanted, start, end)
