@@ -41,11 +41,23 @@ def changed(store: Store, nodes: list[SimulatedNode], minutes: int = 1) -> None:
     fill(store, nodes)
 
 
-def test_followers_hear_of_each_node_warming_presents_and_of_dropped_ones() -> None:
+def filled() -> tuple[list[SimulatedNode], Store, NodeCache]:
+    """Four simulated nodes in a store, and a node cache over it that has presented none."""
     nodes = simulated(4)
     store = Store(60)
     fill(store, nodes)
-    cache = NodeCache()
+    return nodes, store, NodeCache()
+
+
+def fresh_ledger(cache: NodeCache, store: Store) -> Ledger:
+    """A ledger summed afresh from the cache's nodes."""
+    ledger = Ledger()
+    ledger.update(cache.all(store))
+    return ledger
+
+
+def test_followers_hear_of_each_node_warming_presents_and_of_dropped_ones() -> None:
+    nodes, store, cache = filled()
     follower = Follower()
     cache.follow(follower)
     cache.follow(follower)  # once, however often asked
@@ -66,10 +78,7 @@ def test_followers_hear_of_each_node_warming_presents_and_of_dropped_ones() -> N
 
 
 def test_the_overviews_sums_follow_warming() -> None:
-    nodes = simulated(4)
-    store = Store(60)
-    fill(store, nodes)
-    cache = NodeCache()
+    nodes, store, cache = filled()
     ledger = Ledger()
     ledger.update(cache.all(store))
     cache.follow(ledger)
@@ -77,8 +86,7 @@ def test_the_overviews_sums_follow_warming() -> None:
 
     changed(store, nodes, minutes=5)
     assert cache.refresh(store, 1.0)
-    fresh = Ledger()
-    fresh.update(cache.all(store))
+    fresh = fresh_ledger(cache, store)
     assert ledger.namespaces == fresh.namespaces
     assert ledger.figures == fresh.figures
     assert ledger.bands == fresh.bands
@@ -86,17 +94,13 @@ def test_the_overviews_sums_follow_warming() -> None:
 
     store.remove(source(nodes[0]).id)
     assert cache.refresh(store, 1.0)
-    fresh = Ledger()
-    fresh.update(cache.all(store))
+    fresh = fresh_ledger(cache, store)
     assert (ledger.namespaces, ledger.figures) == (fresh.namespaces, fresh.figures)
     assert ledger.total(CLUSTER) == fresh.total(CLUSTER)
 
 
 def test_a_sorts_runs_follow_warming() -> None:
-    nodes = simulated(4)
-    store = Store(60)
-    fill(store, nodes)
-    cache = NodeCache()
+    nodes, store, cache = filled()
     runs = Runs()
     spec: Spec = ("memory_used_bytes", True, None)
     runs.page(cache.all(store), spec, 1)
