@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.promql.floats import format_float
-from collector.promql.values import Labels, MatrixColumns
+from collector.promql.values import MatrixColumns
+from collector.tsdb.series import LabelSet
 from collector.web import promjson
 from collector.web.promjson import matrix_body
 
@@ -51,16 +52,22 @@ def test_the_packed_body_reads_as_the_point_by_point_encoding(answer: MatrixColu
     assert json.loads(matrix_body(answer)) == expected(answer)
 
 
-def test_chunks_join_without_a_seam(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Packed a few points at a time, the pieces meet exactly at the chunk edges."""
+def test_storage_label_sets_read_alike_whole_less_their_name_and_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A storage label set's text is remembered apart for the set whole and less ``__name__``,
+    and still right once its generation is forgotten."""
+    monkeypatch.setattr(promjson, "SEEN_SERIES", 3)
+    monkeypatch.setattr(promjson, "_SEEN", (promjson._Seen(), promjson._Seen()))
     rng = np.random.default_rng(7)
-    steps, rows = 97, 40
+    steps, rows = 9, 8
     values = rng.choice([0.5, -0.0, 3e9, math.inf, 7.25], size=(rows, steps))
-    present = rng.random((rows, steps)) < 0.9
+    present = rng.random((rows, steps)) < 0.8
     present[:, 0] = True
-    labels: list[Labels] = [(("pod", f"p{i}"),) for i in range(rows)]
-    answer = MatrixColumns(labels, np.arange(steps, dtype=np.int64) * 15_000, values, present)
-    whole = matrix_body(answer)
-    assert json.loads(whole) == expected(answer)
-    monkeypatch.setattr(promjson, "CHUNK", 7)
-    assert matrix_body(answer) == whole
+    stored = [LabelSet({"__name__": "m", "pod": f"p{i}", "zone": 'a"\\é'}) for i in range(rows)]
+    at = np.arange(steps, dtype=np.int64) * 15_000
+    whole = MatrixColumns([m.pairs for m in stored], at, values, present, stored)
+    unnamed = MatrixColumns([m.pairs[1:] for m in stored], at, values, present, stored)
+    for answer in (whole, unnamed, whole, unnamed, whole):
+        assert json.loads(matrix_body(answer)) == expected(answer)
+    assert all(len(seen.young) <= 3 and len(seen.old) <= rows for seen in promjson._SEEN)

@@ -115,8 +115,10 @@ class Prepared:
         index = _label_order(vec)
         kept = vec.present[index].any(axis=1)
         index = index[kept]
-        labels = [vec.labels[row] for row in index.tolist()]
-        return MatrixColumns(labels, at, vec.values[index], vec.present[index])
+        rows = index.tolist()
+        labels = [vec.labels[row] for row in rows]
+        maps = None if vec.maps is None else [vec.maps[row] for row in rows]
+        return MatrixColumns(labels, at, vec.values[index], vec.present[index], maps)
 
 
 def _label_order(vec: Vec) -> IntArray:

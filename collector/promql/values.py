@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from collector.tsdb.series import Pairs
+from collector.tsdb.series import LabelSet, Pairs
 
 ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
 
@@ -72,6 +72,9 @@ class MatrixColumns:
     at_ms: npt.NDArray[np.int64]
     values: npt.NDArray[np.float64]
     present: npt.NDArray[np.bool_]
+    maps: list[LabelSet] | None = None
+    """Each series' label set as the storage keeps it, where the labels are still its
+    pairs, or every series' its pairs less ``__name__`` (as :attr:`~.arrays.Vec.maps`)."""
 
     def series(self) -> Matrix:
         """The answer as one :class:`RangeSeries` per series."""
