@@ -3,10 +3,13 @@ its own times, stacked into one window, give each block what it gives alone."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collector.promql import lookup
 from collector.promql.arrays import Block
 from collector.promql.lookup import Window, bounds, windows
 from collector.promql.ranges import RANGE_FUNCTIONS, TIMED
@@ -51,10 +54,12 @@ def alone(block: Block, refs: np.ndarray, range_ms: int) -> Window:
     made=blocks(),
     range_ms=st.sampled_from((30_000, 60_000, 300_000, 3_600_000)),
     name=st.sampled_from(sorted(RANGE_FUNCTIONS)),
+    cells=st.sampled_from((lookup.CACHED_CELLS, 30)),
 )
 def test_each_row_of_stacked_windows_is_what_its_block_gives_alone(
-    made: list[Block], range_ms: int, name: str
+    made: list[Block], range_ms: int, name: str, cells: int
 ) -> None:
+    """Also where a stack is cut into windows of a row or two (``cells``)."""
     refs = 1_000_000 + np.arange(0, 13 * STEP_MS, STEP_MS // 2, dtype=np.int64)
     args = {
         "quantile_over_time": [np.full(refs.size, 0.9)],
@@ -63,7 +68,7 @@ def test_each_row_of_stacked_windows_is_what_its_block_gives_alone(
     args["holt_winters"] = [np.full(refs.size, 0.5), np.full(refs.size, 0.3)]
     fn = RANGE_FUNCTIONS[name]
     extra = args.get(name, [])
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), mock.patch.object(lookup, "CACHED_CELLS", cells):
         stacked, back = windows(made, refs, range_ms, refs, name in TIMED)
         values = np.concatenate([fn(w, extra)[0] for w in stacked])
         present = np.concatenate([fn(w, extra)[1] for w in stacked])
