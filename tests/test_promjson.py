@@ -70,4 +70,4 @@ def test_storage_label_sets_read_alike_whole_less_their_name_and_remembered(
     unnamed = MatrixColumns([m.pairs[1:] for m in stored], at, values, present, stored)
     for answer in (whole, unnamed, whole, unnamed, whole):
         assert json.loads(matrix_body(answer)) == expected(answer)
-    assert all(len(seen.young) <= 3 and len(seen.old) <= rows for seen in promjson._SEEN)
+    assert all(len(seen.young) <= 4 and len(seen.old) <= 4 for seen in promjson._SEEN)

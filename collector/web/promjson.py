@@ -7,8 +7,9 @@ once, and the body is one ``join`` of small byte strings picked by index: per
 point its step's piece (``[<time>,"``) and its value's (``<value>"],``), per
 series its labels' piece, so the per-point cost stays in C (a take from an
 object array, and ``join``; 200 nodes' ``rate``, 360,000 points: 25 ms, where
-packing the pieces with numpy masks took 45). The bytes are the same JSON ``json.dumps`` writes for
-the same answer (the envelope of :mod:`collector.web.promapi`).
+packing the pieces with numpy masks took 45). The bytes are the same JSON
+``json.dumps`` writes for the same answer (the envelope of
+:mod:`collector.web.promapi`).
 """
 
 from __future__ import annotations
@@ -97,9 +98,8 @@ def _openings(answer: MatrixColumns) -> list[bytes]:
         if found is None:
             found = seen.old.get(stored.key) or _opening(labels)
             seen.young[stored.key] = found
+            seen.age()
         out.append(found)
-    named.age()
-    unnamed.age()
     return out
 
 
@@ -122,6 +122,7 @@ class _Seen:
 
 
 SEEN_SERIES = 32_768
-"""Openings kept in each generation: up to 4 x 32,768 (about 40 MB) are held."""
+"""Openings kept in each generation: at most 4 x 32,769 are held (about 40 MB for label
+sets of seven pairs)."""
 _SEEN = (_Seen(), _Seen())
 """Of label sets written whole, and less ``__name__``."""
