@@ -9,11 +9,9 @@ reaches a tenant, whatever the selectors, functions, subqueries, ``@`` or
 ``offset`` (``tests/test_tenant_promql.py`` draws queries from a grammar and
 reads the HTTP API; this target takes raw text).
 
-Two exceptions, both about labels the query itself writes, never data:
-``label_replace``/``label_join`` may write any ``namespace``, and ``absent``
-of a selector with ``namespace="A"`` gives no ``namespace`` label to a tenant
-(the added matcher is a regex, Prometheus' ``absent`` keeps only equality
-matchers' labels). Inputs using them are compared on values only.
+One exception, about labels the query itself writes, never data:
+``label_replace``/``label_join`` may write any ``namespace``. Inputs using them
+are compared on values only.
 """
 
 from __future__ import annotations
@@ -112,7 +110,7 @@ def comparable(result: Vector | Scalar | String | Matrix, labels: bool = True) -
 
 def relabels(text: str) -> bool:
     """Whether the query writes labels itself (see the module's note)."""
-    return "label_" in text or "absent" in text
+    return "label_" in text
 
 
 class Leak(AssertionError):

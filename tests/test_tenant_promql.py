@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from helpers import eventually, serving
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.app import STORE, build_app
@@ -225,13 +225,15 @@ READS: dict[str, Read] = {
     ),
     "absent of B": q(
         f'absent({X}{{namespace="B"}})',
-        tenant=lambda d: values_of(d) == [((), ["1"])],
+        tenant=lambda d: values_of(d) == [((("namespace", "B"),), ["1"])],
         cluster=lambda d: rows(d) == [],  # B's series exist
+        relabelled=True,  # the label is the query's own matcher's
     ),
     "absent of B's range": q(
         f'absent_over_time({X}{{namespace="B"}}[5m])',
-        tenant=lambda d: values_of(d) == [((), ["1"])],
+        tenant=lambda d: values_of(d) == [((("namespace", "B"),), ["1"])],
         cluster=lambda d: rows(d) == [],
+        relabelled=True,  # the label is the query's own matcher's
     ),
     "or vector(1)": q(f"{X} or vector(1)", tenant=lambda d: pods(d) == ["", "a1", "a2"]),
     "subquery": q(
@@ -382,12 +384,13 @@ async def test_a_tenant_of_two_namespaces_sees_both(api: Api) -> None:
 
 
 async def test_absent_tells_a_tenant_nothing_about_other_namespaces(api: Api) -> None:
-    """``absent`` of another namespace's series is 1 whether it has them or not."""
+    """``absent`` of another namespace's series is 1 whether it has them or not, labelled
+    from the query's own matchers alone, as for a namespace nobody has."""
     at = [("time", str(api.end))]
     of_b = await api.data("query", [("query", f'absent({X}{{namespace="B"}})'), *at], "A")
     of_none = await api.data("query", [("query", f'absent({X}{{namespace="none"}})'), *at], "A")
-    assert of_b == of_none
-    assert values_of(of_b) == [((), ["1"])]
+    assert values_of(of_b) == [((("namespace", "B"),), ["1"])]
+    assert values_of(of_none) == [((("namespace", "none"),), ["1"])]
     # While to the cluster reader B's series are there, and the absent namespace's not.
     assert (
         rows(await api.data("query", [("query", f'absent({X}{{namespace="B"}})'), *at], None)) == []
@@ -574,6 +577,7 @@ QUERIES = st.recursive(_leaf(), _grow, max_leaves=6)
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(QUERIES)
+@example('(absent_over_time({__name__=~".+",namespace="B"}[5m])) + (vector(1))')
 def test_any_query_as_a_tenant_answers_as_over_its_own_series(text: str) -> None:
     check(text)
 

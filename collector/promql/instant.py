@@ -110,13 +110,14 @@ def absent(vec: Vec, arg: Node) -> Vec:
 
 
 def absent_labels(arg: Node) -> Labels:
-    """Prometheus' ``createLabelsForAbsentFunction``: the selector's equality matchers."""
+    """Prometheus' ``createLabelsForAbsentFunction``: the equality matchers the query wrote
+    in the selector (a tenant's added one is not among them)."""
     sel = arg.selector if isinstance(arg, MatrixNode) else arg
     if not isinstance(sel, SelectorNode):
         return ()
     result: dict[str, str] = {}
     seen: set[str] = set()
-    for m in sel.matchers:
+    for m in sel.own_matchers:
         if m.name == METRIC_NAME:
             continue
         if m.op == "=" and m.name not in seen:

@@ -114,6 +114,14 @@ class SelectorNode:
     offset_ms: int
     at: At | None = None
     value_type: ValueType = "vector"
+    written: int | None = None
+    """How many of ``matchers`` the query wrote, where :func:`restrict` added the tenant's
+    after them (None: all)."""
+
+    @property
+    def own_matchers(self) -> tuple[Matcher, ...]:
+        """The matchers the query itself wrote."""
+        return self.matchers if self.written is None else self.matchers[: self.written]
 
 
 @dataclass(eq=False, slots=True)
@@ -441,19 +449,20 @@ def restrict(node: Node, namespaces: frozenset[str]) -> Node:
     ``offset`` ones alike. The matcher is *added*, never replacing the query's
     own ``namespace`` matchers, so those only narrow the tenant's set
     (``namespace=~".*"`` widens nothing). ``absent`` of another namespace's
-    series is so always 1, whether it has them or not, and without a
-    ``namespace`` label (the added matcher is a regex, and ``absent`` keeps only
-    equality matchers' labels): it tells a tenant nothing about other
-    namespaces. Relabelling (``label_replace``) comes after the selection, so
-    may name any namespace but only over the tenant's data. Changes the selectors of ``node`` in
-    place (a tree :func:`compile_query` just made, shared with nobody) and
-    returns it.
+    series is so always 1, whether it has them or not, labelled from the
+    query's own matchers as over the tenant's series alone (the added one is
+    not the query's: ``absent(x{namespace="A"})`` keeps its ``namespace``): it
+    tells a tenant nothing about other namespaces. Relabelling
+    (``label_replace``) comes after the selection, so may name any namespace
+    but only over the tenant's data. Changes the selectors of ``node`` in place
+    (a tree :func:`compile_query` just made, shared with nobody) and returns it.
     """
     matcher = tenant_matcher(namespaces)
     stack = [node]
     while stack:
         current = stack.pop()
         if isinstance(current, SelectorNode):
+            current.written = len(current.matchers)
             current.matchers = (*current.matchers, matcher)
         else:
             stack.extend(children(current))
