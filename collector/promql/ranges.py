@@ -4,9 +4,10 @@ Each function takes a :class:`~.lookup.Window` (a block's series, or several
 blocks' stacked, and each step's window on them) and its scalar arguments, one value per step, and
 returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
 Prometheus drops the element (an empty window, ``rate`` of one point...).
-Sums, counts, first and last points and counter corrections come from prefix
-arrays in closed form; min, max, quantiles, variances and Holt-Winters, which
-have none, from window tensors a chunk of steps at a time. The arithmetic
+The extrapolated rates, regressions, extremes and quantiles are compiled loops
+over each window's points (:mod:`.kernels`); sums, counts, first and last
+points and counter changes come from prefix arrays in closed form; variances
+and Holt-Winters from window tensors a chunk of steps at a time. The arithmetic
 follows Prometheus 2.42's ``promql/functions.go``.
 """
 
@@ -17,7 +18,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .arrays import BoolArray, FloatArray
+from . import kernels
+from .arrays import BoolArray, FloatArray, IntArray
 from .floats import go_float_verb_f
 from .lookup import Window
 from .values import QueryError
@@ -28,29 +30,20 @@ RangeFn = Callable[[Window, Sequence[FloatArray]], Result]
 
 def _extrapolated(win: Window, counter: bool, rate: bool) -> Result:
     """``rate``, ``increase``, ``delta``: Prometheus' ``extrapolatedRate``."""
-    count = win.count
-    first, last = win.first, win.last
-    v0, v1 = win.value(first), win.value(last)
-    t0, t1 = win.time(first), win.time(last)
-    result = v1 - v0
-    if counter:
-        previous, has = win.previous_values()
-        result = result + win.pairs(np.where(has & (win.values < previous), previous, 0.0))
-    to_start = (t0 - (win.refs - win.range_ms)) / 1000
-    to_end = (win.refs - t1) / 1000
-    sampled = (t1 - t0) / 1000
-    average = sampled / np.maximum(count - 1, 1)
-    if counter:
-        to_zero = sampled * (v0 / result)
-        zero_first = (result > 0) & (v0 >= 0) & (to_zero < to_start)
-        to_start = np.where(zero_first, to_zero, to_start)
-    threshold = average * 1.1
-    extrapolate_to = sampled + np.where(to_start < threshold, to_start, average / 2)
-    extrapolate_to = extrapolate_to + np.where(to_end < threshold, to_end, average / 2)
-    factor = extrapolate_to / sampled
-    if rate:
-        factor = factor / (win.range_ms / 1000)
-    return result * factor, count >= 2
+    out, present = _out(win)
+    kernels.extrapolated(*_axis_args(win), win.refs, win.range_ms, counter, rate, out, present)
+    return out, present
+
+
+def _out(win: Window) -> Result:
+    """``(n, k)`` arrays for a kernel's answers and where there is one."""
+    shape = (win.values.shape[0], win.lo.size)
+    return np.empty(shape), np.empty(shape, dtype=bool)
+
+
+def _axis_args(win: Window) -> tuple[FloatArray, BoolArray, IntArray, IntArray, IntArray, IntArray]:
+    """What a kernel that reads the points' times takes first."""
+    return win.values, win.points, win.axis, win.origin[:, 0], win.lo, win.hi
 
 
 def _instant_value(win: Window, rate: bool) -> Result:
@@ -76,86 +69,23 @@ def _resets(win: Window, _: Sequence[FloatArray]) -> Result:
     return win.pairs((has & (win.values < previous)).astype(np.float64)), win.count >= 1
 
 
-DIRECT_WIDTH = 32
-"""Windows spanning at most this many axis positions are regressed point by point."""
-
-
-def _regression(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
-    """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``:
-    over each window's points laid out (:meth:`Window.spans`) where windows are narrow, from
-    prefix sums otherwise."""
-    if win.widest <= DIRECT_WIDTH:
-        return _regression_direct(win, intercept_ms)
-    return _regression_prefix(win, intercept_ms)
-
-
-def _regression_direct(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
-    """The regression summed over each window's points in float64, ``x`` relative to the
-    intercept as Prometheus takes it: no long prefix to cancel, so no extended precision."""
-    axis, origin, values, points = win.axis, win.origin[:, :, None], win.values, win.points
-    shape = win.count.shape
-    intercept_ms = np.broadcast_to(intercept_ms, shape)
-    initial = win.value(win.first)
-    slope, at = np.empty(shape), np.empty(shape)
-    count = win.count
-    for steps, index, inside in win.spans():
-        # (n, w, steps): a window's points lie along axis 1, each of them a contiguous slice
-        index, inside = index.T, inside.T
-        mask = points[:, index] & inside[None]
-        y_all = values[:, index]
-        x = (axis[index][None] + origin - intercept_ms[:, None, steps]) / 1000
-        x = np.where(mask, x, 0.0)
-        y = np.where(mask, y_all, 0.0)
-        n = count[:, steps]
-        sx, sy = x.sum(axis=1), y.sum(axis=1)
-        sxy, sxx = (x * y).sum(axis=1), (x * x).sum(axis=1)
-        s = (sxy - sx * sy / n) / (sxx - sx * sx / n)
-        i = sy / n - s * sx / n
-        first = initial[:, steps]
-        constant = ~(mask & (y_all != first[:, None])).any(axis=1)
-        spoilt = (mask & ~np.isfinite(y_all)).any(axis=1)
-        flat = np.where(np.isinf(first), np.nan, 0.0)
-        slope[:, steps] = np.where(constant, flat, np.where(spoilt, np.nan, s))
-        at[:, steps] = np.where(constant, first + flat, np.where(spoilt, np.nan, i))
-    return slope, at
-
-
-def _regression_prefix(win: Window, intercept_ms: np.ndarray) -> tuple[FloatArray, FloatArray]:
-    """Least-squares slope and intercept at ``intercept_ms``, as Prometheus' ``linearRegression``.
-
-    Sums come from extended-precision prefix sums with ``x`` relative to each
-    row's first time, shifted to the intercept afterwards; a window of equal
-    values has slope 0 (NaN for infinities), any other non-finite value NaN.
-    """
-    x = (win.axis / 1000).astype(np.float64)
-    y = win.values
-    n = win.count.astype(np.longdouble)
-    sx, sy = win.sums(np.broadcast_to(x, y.shape)), win.sums(y)
-    sxy, sxx = win.sums(x * y), win.sums(np.broadcast_to(x * x, y.shape))
-    c = ((intercept_ms - win.origin) / 1000).astype(np.longdouble)
-    lx = sx.astype(np.longdouble) - n * c
-    lxy = sxy.astype(np.longdouble) - c * sy
-    lxx = sxx.astype(np.longdouble) - 2 * c * sx + n * c * c
-    slope = (lxy - lx * sy / n) / (lxx - lx * lx / n)
-    intercept = sy / n - slope * lx / n
-    previous, has = win.previous_values()
-    constant = win.pairs((has & (y != previous)).astype(np.float64)) == 0
-    initial = win.value(win.first)
-    spoilt = win.sums((~np.isfinite(y)).astype(np.float64)) > 0
-    flat = np.where(np.isinf(initial), np.nan, 0.0)
-    slope64 = np.where(constant, flat, np.where(spoilt, np.nan, slope.astype(np.float64)))
-    at = np.where(constant, initial + flat, np.where(spoilt, np.nan, intercept.astype(np.float64)))
-    return slope64, at
+def _regression(win: Window, at_first: bool) -> tuple[FloatArray, FloatArray, BoolArray]:
+    """Each window's least-squares slope and the line's value at its first point
+    (``at_first``) or at the step's time: Prometheus' ``linearRegression``."""
+    slope, present = _out(win)
+    intercept = np.empty(slope.shape)
+    kernels.regression(*_axis_args(win), win.at_steps, at_first, slope, intercept, present)
+    return slope, intercept, present
 
 
 def _deriv(win: Window, _: Sequence[FloatArray]) -> Result:
-    slope = _regression(win, win.time(win.first))[0]
-    return slope, win.count >= 2
+    slope, _intercept, present = _regression(win, True)
+    return slope, present
 
 
 def _predict_linear(win: Window, args: Sequence[FloatArray]) -> Result:
-    slope, intercept = _regression(win, np.broadcast_to(win.at_steps, win.count.shape))
-    return slope * args[0] + intercept, win.count >= 2
+    slope, intercept, present = _regression(win, False)
+    return slope * args[0] + intercept, present
 
 
 def _sum_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
@@ -197,15 +127,19 @@ def _tensor_fn(
     return apply
 
 
-def _max(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
-    # NaN only where every value is NaN: Prometheus replaces a NaN maximum by any value.
-    found: FloatArray = np.fmax.reduce(np.where(mask, values, np.nan), axis=2)
-    return found
+def _extreme(most: bool) -> RangeFn:
+    def apply(win: Window, _: Sequence[FloatArray]) -> Result:
+        out, present = _out(win)
+        kernels.extreme(win.values, win.points, win.lo, win.hi, most, out, present)
+        return out, present
+
+    return apply
 
 
-def _min(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
-    found: FloatArray = np.fmin.reduce(np.where(mask, values, np.nan), axis=2)
-    return found
+def _quantile(win: Window, args: Sequence[FloatArray]) -> Result:
+    out, present = _out(win)
+    kernels.quantile(win.values, win.points, win.lo, win.hi, args[0], out, present)
+    return out, present
 
 
 def _variance(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
@@ -218,30 +152,6 @@ def _variance(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArr
 
 def _stddev(values: FloatArray, mask: BoolArray, r: int, args: Sequence[FloatArray]) -> FloatArray:
     return np.sqrt(_variance(values, mask, r, args))
-
-
-def _quantile(
-    values: FloatArray, mask: BoolArray, _: int, args: Sequence[FloatArray]
-) -> FloatArray:
-    """Prometheus' ``quantile``: NaNs sort first, then linear interpolation between ranks."""
-    (q,) = args
-    nan = mask & np.isnan(values)
-    ordered = np.sort(np.where(mask & ~nan, values, np.inf), axis=2)
-    count = mask.sum(axis=2)
-    nans = nan.sum(axis=2)
-    rank = q * (count - 1)
-    lower = np.maximum(0, np.floor(rank))
-    upper = np.minimum(count - 1, lower + 1)
-    weight = rank - np.floor(rank)
-
-    def at(position: FloatArray) -> FloatArray:
-        index = np.clip(position.astype(np.int64) - nans, 0, values.shape[2] - 1)
-        picked = np.take_along_axis(ordered, index[..., None], axis=2)[..., 0]
-        return np.where(position < nans, np.nan, picked)
-
-    result = at(lower) * (1 - weight) + at(upper) * weight
-    result = np.where(q < 0, -np.inf, np.where(q > 1, np.inf, result))
-    return np.where(np.isnan(q), np.nan, result)
 
 
 def _holt_winters(
@@ -308,11 +218,11 @@ RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
         "count_over_time": _count_over_time,
         "last_over_time": _last_over_time,
         "present_over_time": _present_over_time,
-        "max_over_time": _tensor_fn(_max),
-        "min_over_time": _tensor_fn(_min),
+        "max_over_time": _extreme(True),
+        "min_over_time": _extreme(False),
         "stdvar_over_time": _tensor_fn(_variance),
         "stddev_over_time": _tensor_fn(_stddev),
-        "quantile_over_time": _tensor_fn(_quantile),
+        "quantile_over_time": _quantile,
     }
 )
 """The range-vector functions by name (``absent_over_time`` is the evaluator's: it looks across

@@ -1,0 +1,160 @@
+"""The compiled range functions against Prometheus 2.42's ``promql/functions.go`` written out
+point by point in Python: each window's points as a list, the Go loops over them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.promql.lookup import Window, bounds
+from collector.promql.ranges import RANGE_FUNCTIONS
+
+Points = list[tuple[int, float]]
+
+
+def div(a: float, b: float) -> float:
+    """Go's float division: by zero an infinity or NaN."""
+    with np.errstate(all="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def extrapolated_rate(points: Points, start: int, end: int, counter: bool, rate: bool) -> float:
+    (t0, v0), (t1, v1) = points[0], points[-1]
+    result = v1 - v0
+    if counter:
+        last = 0.0
+        for _, v in points:
+            if v < last:
+                result += last
+            last = v
+    to_start, to_end = (t0 - start) / 1000, (end - t1) / 1000
+    sampled = (t1 - t0) / 1000
+    average = sampled / (len(points) - 1)
+    if counter and result > 0 and v0 >= 0:
+        to_start = min(to_start, sampled * div(v0, result))
+    threshold = average * 1.1
+    extrapolate = sampled + (to_start if to_start < threshold else average / 2)
+    extrapolate += to_end if to_end < threshold else average / 2
+    result = result * (extrapolate / sampled)
+    return result / ((end - start) / 1000) if rate else result
+
+
+def kahan(inc: float, total: float, c: float) -> tuple[float, float]:
+    t = total + inc
+    c += (total - t) + inc if abs(total) >= abs(inc) else (inc - t) + total
+    return t, c
+
+
+def regression(points: Points, at: int) -> tuple[float, float]:
+    initial = points[0][1]
+    if all(v == initial for _, v in points[1:]):
+        return (math.nan, math.nan) if math.isinf(initial) else (0.0, initial)
+    if not all(math.isfinite(v) for _, v in points):
+        return math.nan, math.nan
+    sums = [(0.0, 0.0)] * 4
+    for t, v in points:
+        x = (t - at) / 1e3
+        sums = [kahan(term, *s) for term, s in zip((x, v, x * v, x * x), sums, strict=True)]
+    sx, sy, sxy, sxx = (s + c for s, c in sums)
+    n = len(points)
+    slope = div(sxy - sx * sy / n, sxx - sx * sx / n)
+    return slope, sy / n - slope * sx / n
+
+
+def quantile(q: float, values: list[float]) -> float:
+    if math.isnan(q):
+        return math.nan
+    if q < 0 or q > 1:
+        return -math.inf if q < 0 else math.inf
+    ordered = [v for v in values if math.isnan(v)] + sorted(v for v in values if not math.isnan(v))
+    rank = q * (len(ordered) - 1)
+    lower = max(0.0, math.floor(rank))
+    upper = min(len(ordered) - 1.0, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[int(lower)] * (1 - weight) + ordered[int(upper)] * weight
+
+
+def extreme(values: list[float], most: bool) -> float:
+    best = values[0]
+    for v in values:
+        if (v > best if most else v < best) or math.isnan(best):
+            best = v
+    return best
+
+
+def expected(name: str, points: Points, start: int, end: int) -> float | None:
+    """The element Prometheus answers for one window, None where it drops it."""
+    values = [v for _, v in points]
+    if name in ("rate", "increase", "delta", "deriv", "predict_linear") and len(points) < 2:
+        return None
+    if not points:
+        return None
+    if name in ("rate", "increase", "delta"):
+        return extrapolated_rate(points, start, end, name != "delta", name == "rate")
+    if name == "deriv":
+        return regression(points, points[0][0])[0]
+    if name == "predict_linear":
+        slope, intercept = regression(points, end)
+        return slope * 60.0 + intercept
+    if name == "quantile_over_time":
+        return quantile(0.8, values)
+    return extreme(values, name == "max_over_time")
+
+
+NAMES = ("rate", "increase", "delta", "deriv", "predict_linear")
+NAMES += ("quantile_over_time", "max_over_time", "min_over_time")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(NAMES),
+    rows=st.integers(1, 3),
+    width=st.integers(1, 14),
+    data=st.data(),
+    range_ms=st.sampled_from((30_000, 60_000, 150_000, 600_000)),
+)
+def test_each_window_is_what_the_go_loop_gives(
+    name: str, rows: int, width: int, data: st.DataObject, range_ms: int
+) -> None:
+    cells = st.sampled_from((0.0, 1.0, 2.5, 7.0, -3.0, 1e15, -0.0, math.nan, math.inf, -math.inf))
+    values = np.array(data.draw(st.lists(cells, min_size=rows * width, max_size=rows * width)))
+    values = values.reshape(rows, width)
+    points = np.array(
+        data.draw(st.lists(st.booleans(), min_size=rows * width, max_size=rows * width))
+    ).reshape(rows, width)
+    gaps = data.draw(st.lists(st.integers(1, 40_000), min_size=width, max_size=width))
+    times = 1_000_000 + np.cumsum(np.array(gaps, dtype=np.int64))
+    refs = times[0] + np.arange(-20_000, int(times[-1] - times[0]) + 40_000, 17_000)
+    win = Window(
+        times - times[0],
+        times[:1, None],
+        values,
+        points,
+        bounds(times, refs, range_ms),
+        refs,
+        range_ms,
+        refs,
+    )
+    args = {
+        "quantile_over_time": [np.full(refs.size, 0.8)],
+        "predict_linear": [np.full(refs.size, 60.0)],
+    }
+    with np.errstate(all="ignore"):
+        got, present = RANGE_FUNCTIONS[name](win, args.get(name, []))
+    for r in range(rows):
+        for s, ref in enumerate(refs.tolist()):
+            inside = (times >= ref - range_ms) & (times <= ref) & points[r]
+            window = list(zip(times[inside].tolist(), values[r, inside].tolist(), strict=True))
+            want = expected(name, window, ref - range_ms, ref)
+            assert present[r, s] == (want is not None), (r, s, window)
+            if want is not None:
+                assert got[r, s] == want or (math.isnan(got[r, s]) and math.isnan(want)), (
+                    r,
+                    s,
+                    window,
+                    got[r, s],
+                    want,
+                )
