@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from collector.tsdb.series import LabelSet
+
 from . import aggregate as agg
 from . import binary, histogram, instant, lookup
 from .arrays import Block, FloatArray, IntArray, Vec, unique_overall, unique_per_step
@@ -172,7 +174,7 @@ class Evaluator:
         values = _unstacked(np.concatenate([v for v, _ in parts]), stacked)
         present = _unstacked(np.concatenate([p for _, p in parts]), stacked)
         maps = lookup.maps_of(blocks)
-        every, distinct = _range_labels(blocks, maps is not None, node.name == "last_over_time")
+        every, distinct = _range_labels(blocks, maps, node.name == "last_over_time")
         vec = Vec(every, values, present, lookup.rank_of(order), maps)
         return vec.compact() if distinct else unique_overall(vec)
 
@@ -228,18 +230,19 @@ def _unstacked(rows: np.ndarray, stacked: IntArray | None) -> np.ndarray:
     return rows if stacked is None else rows[stacked]
 
 
-def _range_labels(blocks: list[Block], stored: bool, named: bool) -> tuple[list[Labels], bool]:
+def _range_labels(
+    blocks: list[Block], maps: list[LabelSet] | None, named: bool
+) -> tuple[list[Labels], bool]:
     """A range function's labels of the blocks' rows, ``__name__`` dropped unless ``named``,
     and whether they are known to be distinct without comparing them.
 
-    The storage's label sets (``stored``) are distinct, and stay so without a name
+    The storage's label sets (``maps``) are distinct, and stay so without a name
     they all share: then the per-series check of :func:`unique_overall` is spared.
     """
-    every = [labels for b in blocks for labels in b.labels]
     if named:
-        return every, stored
+        return [labels for b in blocks for labels in b.labels], maps is not None
+    if maps is None:
+        return [drop_name(labels) for b in blocks for labels in b.labels], False
     # (a storage label set is never empty: it has its __name__)
-    shared = stored and every and every[0][0][0] == METRIC_NAME
-    if shared and len({labels[0] for labels in every}) == 1:
-        return [labels[1:] for labels in every], True
-    return [drop_name(labels) for labels in every], False
+    shared = bool(maps) and maps[0].pairs[0][0] == METRIC_NAME
+    return [m.unnamed for m in maps], shared and len({m.pairs[0] for m in maps}) == 1

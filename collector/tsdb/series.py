@@ -83,17 +83,26 @@ class LabelSet(dict[str, str]):
     """A series' labels as a storage keeps them: a plain dict that also holds its sorted forms.
 
     ``pairs`` and ``key`` are :func:`label_pairs` and :func:`pairs_key` of it,
-    computed once: a storage that hands out the same LabelSet for a series at
+    computed once (``unnamed`` once asked for): a storage that hands out the same LabelSet for a series at
     every select spares each query deriving them again (a few microseconds a
     series, most of a query's cost at cluster scale). Never modified once made.
     """
 
-    __slots__ = ("key", "pairs")
+    __slots__ = ("_unnamed", "key", "pairs")
 
     def __init__(self, labels: Mapping[str, str]) -> None:
         super().__init__(labels)
         self.pairs = label_pairs(self)
         self.key = pairs_key(self.pairs)
+        self._unnamed: Pairs | None = None
+
+    @property
+    def unnamed(self) -> Pairs:
+        """``pairs`` less ``__name__`` (a range function's answer's labels), made once: slicing
+        19,000 sets at every query took 15-40 ms of a 200-node ``rate``."""
+        if self._unnamed is None:
+            self._unnamed = tuple(p for p in self.pairs if p[0] != "__name__")
+        return self._unnamed
 
 
 Op = Literal["=", "!=", "=~", "!~"]
