@@ -1,12 +1,13 @@
 """Range functions that visit each window's points in a compiled loop (numba).
 
 Why compiled: in numpy, a range function over every step is a few dozen passes
-over ``(series, steps)`` arrays, with prefix sums in extended precision for
-what a window adds up. Over 19,000 series x 61 steps of 5-point windows (200
-nodes of the small-query bench) ``rate`` took 100 ms that way and 14 ms here,
-``deriv`` 110 ms and 12 ms, ``quantile_over_time`` 90 ms and 11 ms. The loops
-also add in Prometheus' order, with its arithmetic (``promql/functions.go`` of
-2.42), so the results are its own, not equal within a tolerance.
+over ``(series, steps)`` arrays, with prefix sums in extended precision for what
+a window adds up. Over 19,000 series x 61 steps of 5-point windows (200 nodes of
+the small-query bench), the function itself took, in numpy and here: ``rate``
+100-143 and 15 ms, ``deriv`` 159 and 26-44 ms, ``quantile_over_time`` 93 and
+15 ms, ``max_over_time`` 20 and 3-5 ms. The loops also add in Prometheus'
+order, with its arithmetic (``promql/functions.go`` of 2.42), so the results
+are its own, not equal within a tolerance.
 
 Every kernel takes a window's arrays (:class:`~.lookup.Window`): ``values`` and
 ``points`` ``(n, width)`` on the axis ``axis`` (ms from each row's ``origin``,

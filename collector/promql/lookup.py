@@ -121,10 +121,9 @@ CACHED_CELLS = 32768
 """Cells of one ``(n, k)`` array of a window: its rows are cut so that a range function's
 dozens of passes over such arrays (and ``w`` times larger window tensors) stay in the CPU's
 cache (256 KiB of float64: half a core's L2 on the bench machine). Measured over 19,000
-series x 61 steps (best of 4, ms), at 8,192 / 32,768 / 65,536 cells and in one window:
-``rate`` 171 / 164 / 142 / 235, ``quantile_over_time`` 131 / 98 / 95 / 118,
-``max_over_time`` 67 / 53 / 54 / 57; cut finer (2,048 cells), each took 1.3 to 1.6 times as
-long as at 8,192."""
+series x 61 steps (a query's whole evaluation, best of 6, ms), at 8,192 / 32,768 / 65,536
+cells and in one window: ``avg_over_time`` 125 / 100-107 / 99 / 121, ``rate`` (a compiled
+loop, :mod:`.kernels`, but its stacking and labels) 90 / 71-77 / 68 / 86."""
 
 
 def bounds(times: IntArray, refs: IntArray, range_ms: int) -> tuple[IntArray, IntArray]:
