@@ -85,6 +85,16 @@ def extreme(values: list[float], most: bool) -> float:
     return best
 
 
+def total(values: list[float], mean: bool) -> float:
+    result, c = 0.0, 0.0
+    for count, v in enumerate(values, 1):
+        if not mean:
+            result, c = kahan(v, result, c)
+        elif not (math.isinf(result) and (math.isfinite(v) or v == result)):
+            result, c = kahan(div(v, count) - div(result, count), result, c)
+    return result if math.isinf(result) else result + c
+
+
 def expected(name: str, points: Points, start: int, end: int) -> float | None:
     """The element Prometheus answers for one window, None where it drops it."""
     values = [v for _, v in points]
@@ -101,11 +111,20 @@ def expected(name: str, points: Points, start: int, end: int) -> float | None:
         return slope * 60.0 + intercept
     if name == "quantile_over_time":
         return quantile(0.8, values)
+    if name in ("sum_over_time", "avg_over_time"):
+        return total(values, name == "avg_over_time")
     return extreme(values, name == "max_over_time")
 
 
-NAMES = ("rate", "increase", "delta", "deriv", "predict_linear")
-NAMES += ("quantile_over_time", "max_over_time", "min_over_time")
+NAMES: tuple[str, ...] = (
+    "rate",
+    "increase",
+    "delta",
+    "deriv",
+    "predict_linear",
+    "quantile_over_time",
+)
+NAMES += ("max_over_time", "min_over_time", "sum_over_time", "avg_over_time")
 
 
 @settings(max_examples=300, deadline=None)

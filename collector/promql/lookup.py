@@ -311,10 +311,6 @@ class Window:
         previous = self._previous_points
         return self.value(np.maximum(previous, 0)), previous >= 0
 
-    def sums(self, term: FloatArray) -> FloatArray:
-        """Per window, the sum of ``term`` over its points."""
-        return _total(np.where(self.points, term, 0.0), self.lo, self.hi)
-
     def tensors(self) -> Iterator[tuple[slice, FloatArray, BoolArray]]:
         """Chunks of steps with each window's values laid out: ``(steps, values, mask)``.
 

@@ -4,10 +4,10 @@ Each function takes a :class:`~.lookup.Window` (a block's series, or several
 blocks' stacked, and each step's window on them) and its scalar arguments, one value per step, and
 returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
 Prometheus drops the element (an empty window, ``rate`` of one point...).
-The extrapolated rates, regressions, extremes and quantiles are compiled loops
-over each window's points (:mod:`.kernels`); sums, counts, first and last
-points and counter changes come from prefix arrays in closed form; variances
-and Holt-Winters from window tensors a chunk of steps at a time. The arithmetic
+Rates, regressions, sums, means, extremes and quantiles are compiled loops
+over each window's points (:mod:`.kernels`); counts, first and last points and
+counter changes come from prefix arrays in closed form; variances and
+Holt-Winters from window tensors a chunk of steps at a time. The arithmetic
 follows Prometheus 2.42's ``promql/functions.go``.
 """
 
@@ -88,13 +88,13 @@ def _predict_linear(win: Window, args: Sequence[FloatArray]) -> Result:
     return slope * args[0] + intercept, present
 
 
-def _sum_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
-    return win.sums(win.values), win.count >= 1
+def _total(mean: bool) -> RangeFn:
+    def apply(win: Window, _: Sequence[FloatArray]) -> Result:
+        out, present = _out(win)
+        kernels.total(win.values, win.points, win.lo, win.hi, mean, out, present)
+        return out, present
 
-
-def _avg_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
-    count = win.count
-    return win.sums(win.values) / np.maximum(count, 1), count >= 1
+    return apply
 
 
 def _count_over_time(win: Window, _: Sequence[FloatArray]) -> Result:
@@ -213,8 +213,8 @@ RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
         "deriv": _deriv,
         "predict_linear": _predict_linear,
         "holt_winters": _holt_winters_present,
-        "avg_over_time": _avg_over_time,
-        "sum_over_time": _sum_over_time,
+        "avg_over_time": _total(True),
+        "sum_over_time": _total(False),
         "count_over_time": _count_over_time,
         "last_over_time": _last_over_time,
         "present_over_time": _present_over_time,
