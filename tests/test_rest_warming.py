@@ -151,6 +151,24 @@ def test_warming_builds_what_was_read_of_the_last_view() -> None:
     assert cache.all(store)[0].usage.containers_read
 
 
+def test_a_view_presents_a_bounded_number_of_changed_nodes_and_rest_every_one() -> None:
+    nodes = simulated(5)
+    store = Store(60)
+    fill(store, nodes[:4])
+    cache = NodeCache()
+    before = {p.usage.node: p for p in cache.all(store)}
+    fill(store, nodes)  # the four change, a fifth appears
+
+    seen = cache.all(store, rebuilds=1)
+    again = [p.usage.node for p in seen if p is not before.get(p.usage.node)]
+    assert [p.usage.node for p in seen] == sorted(n.name for n in nodes)
+    assert again == sorted([nodes[0].name, nodes[4].name]), "one changed, and the new one"
+    assert cache.stale(store) == 3, "the others shown as they were, left to warming"
+
+    assert all(p.usage.view is store.view(p.usage.node) for p in cache.all(store))
+    assert cache.stale(store) == 0, "REST's read: every node current"
+
+
 class Slicing(NodeCache):
     """Rebuilds one node a slice, noting the budget each slice was given and the event
     loop's turn it ran in."""

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from collector.store import Store
 from collector.web.access import Access, access_of
-from collector.web.rest.cache import NodeCache
+from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.endpoints import NODE_SORT_FIELDS
 from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary
 from collector.web.rest.presented import Presented, TenantView
@@ -196,7 +196,7 @@ class NodeViews:
     ) -> Page[NodeSummary]:
         """The query's page of nodes, filtered and sorted as REST's list of nodes."""
         interval, namespace = self._interval, query.listing.filters.get("namespace")
-        every = self._nodes.all(store)
+        every = self._nodes.all(store, VIEW_REBUILDS)
         self._kinds.prune([p.usage for p in every])
         if not access.cluster:
             summaries = [

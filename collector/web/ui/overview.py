@@ -29,7 +29,7 @@ from aiohttp import web
 from collector.sources.scrape import ScrapeManager
 from collector.store import Store
 from collector.web.access import Access, access_of
-from collector.web.rest.cache import NodeCache
+from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.chargeback import IDLE_AFTER
 from collector.web.rest.presented import Presented
 from collector.web.status import target_state
@@ -351,7 +351,7 @@ class Overview:
         (only a page of them is made into tiles, by :func:`tile_of`)."""
         now = time.monotonic()
         totals = Totals(generation=self._store.generation)
-        presented = self._nodes.all(self._store)
+        presented = self._nodes.all(self._store, VIEW_REBUILDS)
         self._ledger.update(presented)
         self._nodes.follow(self._ledger)
         totals.use, totals.namespaces = self._ledger.total(access)

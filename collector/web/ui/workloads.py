@@ -30,7 +30,7 @@ from collector.promql.values import QueryError, RangeSeries
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.web.access import Access, access_of
-from collector.web.rest.cache import NodeCache
+from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
 from collector.web.rest.models import ContainerRow
 from collector.web.rest.presented import Presented, container_row
@@ -192,7 +192,7 @@ class WorkloadViews:
             one = self._nodes.one(store, node)
             nodes = [] if one is None else [one]
         else:
-            nodes = self._nodes.all(store)
+            nodes = self._nodes.all(store, VIEW_REBUILDS)
             self._kinds.prune([p.usage for p in nodes])
         access = access_of(request)
         names = _wanted(access, namespace)
@@ -227,7 +227,7 @@ class WorkloadViews:
             raise missing
         found = [
             (presented, reading)
-            for presented in self._nodes.all(store)
+            for presented in self._nodes.all(store, VIEW_REBUILDS)
             if namespace in presented.usage.namespaces
             for reading in presented.pod(namespace, pod)
         ]
