@@ -94,6 +94,20 @@ def test_select_filters_by_matchers_and_window() -> None:
     assert history.label_names([], 0, 100) == {"__name__", "pod", "node"}
 
 
+def test_a_node_equality_selects_that_node_alone() -> None:
+    history = History()
+    for node in ("n1", "n2", ""):  # "": the collector's own series, no node label
+        history.record(node, {A: 1.0, B: 2.0}, sampled=10)
+    n2, b = Matcher.of("node", "=", "n2"), Matcher.of("pod", "=", "b")
+    assert sorted(points(history, n2)) == ["n2/a/m", "n2/b/m"]
+    assert sorted(points(history, b, n2)) == ["n2/b/m"]
+    assert points(history, n2, Matcher.of("node", "=", "n1")) == {}, "two nodes: none"
+    assert points(history, Matcher.of("node", "=", "n9")) == {}
+    own = rows(history, [Matcher.of("node", "=", "")], 0, 100)
+    assert sorted(r.labels["pod"] for r in own) == ["a", "b"]
+    assert all("node" not in r.labels for r in own)
+
+
 def test_out_of_order_points_are_not_recorded() -> None:
     history = History()
     history.record("n1", {A: 1.0}, sampled=20)

@@ -41,7 +41,7 @@ request finds the cache: at a quarter of a core (30 ms pauses) the first
 request after a round found 1,170 of 5,000 nodes stale and rebuilt them
 (0.5-1 s), at half a core 35-170.
 """
-VIEW_REBUILDS = 32
+VIEW_REBUILDS = 16
 """Nodes whose view changed a page for people presents again at most, per request
 (:meth:`NodeCache.all`): at 5,000 nodes changing every 15 s, each request found 40-70 such
 nodes in steady state and 270-460 right after the overview chart's top-up had held the GIL,

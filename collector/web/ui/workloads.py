@@ -225,10 +225,13 @@ class WorkloadViews:
         missing = ViewError(404, f"no pod {namespace}/{pod} has vGPU data")
         if not access_of(request).sees(namespace):  # as if it did not exist: nothing to guess
             raise missing
+        # the nodes that held the pod when last presented, then their current forms: a pod's
+        # page rebuilds only its own nodes (new nodes are presented whatever the bound)
+        held = [p.usage.node for p in self._nodes.all(store, 0) if namespace in p.usage.namespaces]
         found = [
             (presented, reading)
-            for presented in self._nodes.all(store, VIEW_REBUILDS)
-            if namespace in presented.usage.namespaces
+            for node in held
+            if (presented := self._nodes.one(store, node)) is not None
             for reading in presented.pod(namespace, pod)
         ]
         if not found:
