@@ -9,6 +9,13 @@ checked against the same figures made afresh from the cache.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from operator import itemgetter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_rest import NOW, fill, simulated, source
 
 from collector.store import Store
@@ -16,7 +23,7 @@ from collector.web.access import CLUSTER
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.presented import Presented
 from collector.web.ui.overview import Ledger
-from collector.web.ui.workloads import Runs, Spec
+from collector.web.ui.workloads import Runs, Spec, contenders
 from simulator.node import SimulatedNode
 
 
@@ -115,3 +122,27 @@ def test_a_sorts_runs_follow_warming() -> None:
     fresh = Runs().page(presented, spec, 1)
     assert [(p.usage.node, r) for p, r in kept.rows] == [(p.usage.node, r) for p, r in fresh.rows]
     assert kept.total == fresh.total
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=5), max_size=40),
+    rows=st.integers(1, 25),
+    descending=st.booleans(),
+)
+def test_the_runs_a_page_merges_give_the_whole_merges_first_rows(
+    keys: list[list[int]], rows: int, descending: bool
+) -> None:
+    """Ties among many runs included: the same rows, in the same order."""
+    runs: list[list[Any]] = [
+        [(k, run, i) for i, k in enumerate(sorted(ks, reverse=descending))]
+        for run, ks in enumerate(keys)
+    ]
+
+    def first(of: list[list[Any]]) -> list[Any]:
+        merged = heapq.merge(*of, key=itemgetter(0), reverse=descending)
+        return list(itertools.islice(merged, rows))
+
+    kept = contenders(runs, rows, descending)
+    assert first(kept) == first(runs)
+    assert len(kept) <= len(runs)

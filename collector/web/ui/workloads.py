@@ -341,7 +341,8 @@ def _wanted(access: Access, namespace: str | None) -> frozenset[str] | None:
 
 Spec = tuple[str, bool, frozenset[str] | None]
 """A sort: the field, whether descending, the namespaces kept (None: all)."""
-Run = tuple[list[tuple[Any, Presented, ContainerReading]], list[ContainerReading]]
+Keyed = tuple[Any, Presented, ContainerReading]
+Run = tuple[list[Keyed], list[ContainerReading]]
 """One node's rows of a sort: those with a value, sorted (ties in the node's order), and
 those without, in the node's order."""
 
@@ -375,9 +376,8 @@ class Runs:
         present = sum(len(run[0]) for _, run in runs)
         total = present + sum(len(run[1]) for _, run in runs)
         start = (number - 1) * PAGE_ROWS
-        merged = heapq.merge(
-            *[run[0] for _, run in runs if run[0]], key=itemgetter(0), reverse=descending
-        )
+        keyed = contenders([run[0] for _, run in runs if run[0]], start + PAGE_ROWS, descending)
+        merged = heapq.merge(*keyed, key=itemgetter(0), reverse=descending)
         rows: list[Row] = [(p, r) for _, p, r in itertools.islice(merged, start, start + PAGE_ROWS)]
         if len(rows) < PAGE_ROWS:
             skip = max(start - present, 0)
@@ -412,6 +412,24 @@ class Runs:
         """Drop the runs of the nodes not in ``live``."""
         for gone in self._nodes.keys() - live:
             del self._nodes[gone]
+
+
+def contenders(runs: list[list[Keyed]], rows: int, descending: bool) -> list[list[Keyed]]:
+    """The sorted runs that can hold any of the first ``rows`` rows of their merge, in order.
+
+    Why: merging 5,000 nodes' runs for one page took 8 ms, most of it setting up
+    the merge. A run whose first key comes after the ``rows``-th best first key
+    cannot: that many runs each have a row before all of its rows. Runs whose
+    first key ties with it stay, so ties are taken as the whole merge takes them.
+    """
+    if len(runs) <= rows:
+        return runs
+    tops = [run[0][0] for run in runs]
+    if descending:
+        least = heapq.nlargest(rows, tops)[-1]
+        return [run for run, top in zip(runs, tops, strict=True) if top >= least]
+    most = heapq.nsmallest(rows, tops)[-1]
+    return [run for run, top in zip(runs, tops, strict=True) if top <= most]
 
 
 class Counts:
