@@ -88,10 +88,13 @@ def _predict_linear(win: Window, args: Sequence[FloatArray]) -> Result:
     return slope * args[0] + intercept, present
 
 
-def _total(mean: bool) -> RangeFn:
+def _over_points(kernel: Callable[..., None], variant: bool) -> RangeFn:
+    """A range function of a kernel that reads only the windows' values, in one of its two
+    variants (max or min, mean or sum)."""
+
     def apply(win: Window, _: Sequence[FloatArray]) -> Result:
         out, present = _out(win)
-        kernels.total(win.values, win.points, win.lo, win.hi, mean, out, present)
+        kernel(win.values, win.points, win.lo, win.hi, variant, out, present)
         return out, present
 
     return apply
@@ -123,15 +126,6 @@ def _tensor_fn(
             chunk_args = [a[steps][None, :] for a in args]
             out[:, steps] = reduce(values, mask, win.range_ms, chunk_args)
         return out, count >= 1
-
-    return apply
-
-
-def _extreme(most: bool) -> RangeFn:
-    def apply(win: Window, _: Sequence[FloatArray]) -> Result:
-        out, present = _out(win)
-        kernels.extreme(win.values, win.points, win.lo, win.hi, most, out, present)
-        return out, present
 
     return apply
 
@@ -213,13 +207,13 @@ RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
         "deriv": _deriv,
         "predict_linear": _predict_linear,
         "holt_winters": _holt_winters_present,
-        "avg_over_time": _total(True),
-        "sum_over_time": _total(False),
+        "avg_over_time": _over_points(kernels.total, True),
+        "sum_over_time": _over_points(kernels.total, False),
         "count_over_time": _count_over_time,
         "last_over_time": _last_over_time,
         "present_over_time": _present_over_time,
-        "max_over_time": _extreme(True),
-        "min_over_time": _extreme(False),
+        "max_over_time": _over_points(kernels.extreme, True),
+        "min_over_time": _over_points(kernels.extreme, False),
         "stdvar_over_time": _tensor_fn(_variance),
         "stddev_over_time": _tensor_fn(_stddev),
         "quantile_over_time": _quantile,
