@@ -5,9 +5,9 @@ over ``(series, steps)`` arrays, with prefix sums in extended precision for what
 a window adds up. Over 19,000 series x 61 steps of 5-point windows (200 nodes of
 the small-query bench), the function itself took, in numpy and here: ``rate``
 100-143 and 15 ms, ``deriv`` 159 and 26-44 ms, ``quantile_over_time`` 93 and
-15 ms, ``avg_over_time`` 40-49 and 22 ms, ``max_over_time`` 20 and 3-5 ms. The loops also add in Prometheus'
-order, with its arithmetic (``promql/functions.go`` of 2.42), so the results
-are its own, not equal within a tolerance.
+15 ms, ``avg_over_time`` 40-49 and 22 ms, ``max_over_time`` 20 and 3-5 ms. The
+loops also add in Prometheus' order, with its arithmetic (``promql/functions.go``
+of 2.42), so the results are its own, not equal within a tolerance.
 
 Every kernel takes a window's arrays (:class:`~.lookup.Window`): ``values`` and
 ``points`` ``(n, width)`` on the axis ``axis`` (ms from each row's ``origin``,
@@ -23,7 +23,10 @@ import numpy as np
 
 from .arrays import BoolArray, FloatArray, IntArray
 
-# error_model="numpy": a division by zero gives an infinity or NaN, as in Go, not an exception
+# error_model="numpy": a division by zero gives an infinity or NaN, as in Go, not an exception;
+# nogil: the event loop runs while a query's thread is in a loop. No on-disk cache (each
+# kernel compiles in 0.3-2.4 s at its first use in a process): the chart runs the collector
+# on a read-only root filesystem, where numba refuses to cache.
 _compiled = numba.njit(nogil=True, error_model="numpy")
 
 
