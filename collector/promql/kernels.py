@@ -26,7 +26,7 @@ from .arrays import BoolArray, FloatArray, IntArray
 # error_model="numpy": a division by zero gives an infinity or NaN, as in Go, not an exception;
 # nogil: the event loop runs while a query's thread is in a loop. No on-disk cache (each
 # kernel compiles in 0.3-2.4 s at its first use in a process): the chart runs the collector
-# on a read-only root filesystem, where numba refuses to cache.
+# on a read-only root filesystem, where numba's cache has nowhere to be written.
 _compiled = numba.njit(nogil=True, error_model="numpy")
 
 
