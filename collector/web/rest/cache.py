@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
@@ -120,13 +121,13 @@ class NodeCache:
         the bound. None: every one, as REST reads (a push then a read sees the push).
         """
         out = []
-        left = -1 if rebuilds is None else rebuilds
+        left = math.inf if rebuilds is None else rebuilds
         for node in store.nodes():
             view = store.view(node)
             if view is None:
                 continue
             presented = self._presented.get(node)
-            if presented is None or (presented.usage.view is not view and left != 0):
+            if presented is None or (presented.usage.view is not view and left > 0):
                 presented = self._present(node, view)
                 left -= 1
             out.append(presented)
