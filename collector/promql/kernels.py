@@ -18,24 +18,19 @@ function needs (Prometheus drops the element elsewhere).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from collector.compiled import compiled
 
 from .arrays import BoolArray, FloatArray, IntArray
 
-# error_model="numpy": a division by zero gives an infinity or NaN, as in Go, not an exception;
-# nogil: the event loop runs while a query's thread is in a loop. No on-disk cache (each
-# kernel compiles in 0.3-2.4 s at its first use in a process): the chart runs the collector
-# on a read-only root filesystem, where numba's cache has nowhere to be written.
-_compiled = numba.njit(nogil=True, error_model="numpy")
 
-
-@_compiled
+@compiled
 def _origin(origin: IntArray, row: int) -> int:
     return int(origin[0] if origin.size == 1 else origin[row])
 
 
-@_compiled
+@compiled
 def extrapolated(
     values: FloatArray,
     points: BoolArray,
@@ -92,7 +87,7 @@ def extrapolated(
             out[r, s] = result
 
 
-@_compiled
+@compiled
 def _kahan(inc: float, total: float, c: float) -> tuple[float, float]:
     """Go's ``kahanSumInc`` (Neumaier's variant): the new sum and compensation."""
     t = total + inc
@@ -103,7 +98,7 @@ def _kahan(inc: float, total: float, c: float) -> tuple[float, float]:
     return t, c
 
 
-@_compiled
+@compiled
 def regression(
     values: FloatArray,
     points: BoolArray,
@@ -162,7 +157,7 @@ def regression(
             slope[r, s], intercept[r, s] = b, sy / n - b * sx / n
 
 
-@_compiled
+@compiled
 def extreme(
     values: FloatArray,
     points: BoolArray,
@@ -187,7 +182,7 @@ def extreme(
             present[r, s] = found
 
 
-@_compiled
+@compiled
 def quantile(
     values: FloatArray,
     points: BoolArray,
@@ -228,7 +223,7 @@ def quantile(
             out[r, s] = below * (1 - weight) + above * weight
 
 
-@_compiled
+@compiled
 def total(
     values: FloatArray,
     points: BoolArray,

@@ -3,67 +3,105 @@
 Why by hand: a panel of raw series over an hour at 1,000 nodes answers ~95,000
 series and 3.5 million points (~75 MB of JSON). Building a list per point for
 ``json.dumps`` took 4 to 5 s of Python; here each distinct value is formatted
-once, and the body is one ``join`` of small byte strings picked by index: per
-point its step's piece (``[<time>,"``) and its value's (``<value>"],``), per
-series its labels' piece, so the per-point cost stays in C (a take from an
-object array, and ``join``; 200 nodes' ``rate``, 360,000 points: 25 ms, where
-packing the pieces with numpy masks took 45). The bytes are the same JSON
-``json.dumps`` writes for the same answer (the envelope of
-:mod:`collector.web.promapi`).
+once, each step's time once and each series' labels once, and a compiled loop
+(:func:`_laid`) copies the pieces into place: per series its opening, per point
+its step's piece (``[<time>,"``) and its value's (``<value>"],``). For 200
+nodes' ``rate`` (360,000 points, 11 MB) placing the pieces took 34 ms as a
+take from an object array and a ``join``, 15 ms here (the whole body: 60 and
+35 ms). The bytes are the same JSON ``json.dumps`` writes for the same answer
+(the envelope of :mod:`collector.web.promapi`).
 """
 
 from __future__ import annotations
 
 import json
 from json.encoder import encode_basestring_ascii
+from operator import attrgetter
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
-from collector.promql.arrays import IntArray
+from collector.compiled import compiled, inlined
+from collector.promql.arrays import BoolArray, IntArray
 from collector.promql.floats import format_float
 from collector.promql.values import Labels, MatrixColumns
 
 _HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 _TAIL = b"]}}"
+_HEAD_BYTES = np.frombuffer(_HEAD, dtype=np.uint8)
+_TAIL_BYTES = np.frombuffer(_TAIL, dtype=np.uint8)
+_NOWHERE = np.empty(0, dtype=np.uint8)
+"""Where :func:`_laid` only counts."""
 
 
 def matrix_body(answer: MatrixColumns) -> bytes:
     """The whole response body of a range query answering ``answer``."""
-    rows, cols = np.nonzero(answer.present)
-    if not rows.size:
+    if not answer.present.any():
         return _HEAD + _TAIL
-    bits, which = _distinct(answer.values[rows, cols].view(np.uint64))
+    bits, which = _distinct(answer.values[answer.present].view(np.uint64))
     values = [format_float(v).encode() + b'"]' for v in bits.view(np.float64).tolist()]
     steps = [b"[" + json.dumps(t).encode() + b',"' for t in (answer.at_ms / 1000).tolist()]
-    # the head; each step's piece; each value's followed by another point, then ending a
-    # series; each series' opening; the last point's value, ending the body
-    pieces = [_HEAD, *steps, *(v + b"," for v in values), *(v + b"]}," for v in values)]
+    # each step's piece; each value's followed by another point, then ending a series;
+    # each series' opening
+    pieces = [*steps, *(v + b"," for v in values), *(v + b"]}," for v in values)]
     pieces += _openings(answer)
-    pieces.append(values[int(which[-1])] + b"]}" + _TAIL)
-    order = _order(rows, cols, which, len(steps), len(values), len(answer.labels))
-    return b"".join(np.array(pieces, dtype=object)[order].tolist())
+    starts = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=starts[1:])
+    blob = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+    laid = (answer.present, which, blob, starts, len(steps), len(values))
+    size = _laid(*laid, _NOWHERE)
+    body = np.empty(len(_HEAD) + size - 1 + len(_TAIL), dtype=np.uint8)
+    body[: len(_HEAD)] = _HEAD_BYTES
+    _laid(*laid, body[len(_HEAD) : len(_HEAD) + size])
+    body[len(_HEAD) + size - 1 :] = _TAIL_BYTES  # over the last series' comma
+    return body.tobytes()
 
 
-def _order(
-    rows: IntArray, cols: IntArray, which: IntArray, steps: int, values: int, series: int
-) -> IntArray:
-    """Which piece goes where: the head, then per series its opening, then per point its
-    step's piece and its value's (``rows``, ``cols``: the points' series and steps)."""
-    value_at = 1 + steps
-    opening_at = value_at + 2 * values
-    counts = np.bincount(rows, minlength=series)
-    before = np.cumsum(counts) - counts
-    value = value_at + which
-    value[before + counts - 1] += values  # a series' last point ends it
-    value[-1] = opening_at + series  # the last of all ends the body
-    order = np.empty(1 + series + 2 * rows.size, dtype=np.int64)
-    order[0] = 0
-    order[1 + np.arange(series) + 2 * before] = opening_at + np.arange(series)
-    slot = 2 + rows + 2 * np.arange(rows.size)
-    order[slot] = 1 + cols
-    order[slot + 1] = value
-    return order
+@compiled
+def _laid(
+    present: BoolArray,
+    which: IntArray,
+    blob: npt.NDArray[np.uint8],
+    starts: IntArray,
+    steps: int,
+    values: int,
+    out: npt.NDArray[np.uint8],
+) -> int:
+    """Copy into ``out`` (unless it is empty) per series its opening, then per point its
+    step's piece and its value's (``which``: the points' values, row by row), the last
+    of a series ending it; the bytes laid.
+
+    ``blob[starts[i]:starts[i + 1]]`` is piece ``i``: the ``steps`` steps' first,
+    then the ``values`` values' followed by a point, then the same ending a
+    series, then each series' opening.
+    """
+    at, point = 0, 0
+    for row in range(present.shape[0]):
+        last = -1
+        for col in range(present.shape[1]):
+            if present[row, col]:
+                last = col
+        if last >= 0:
+            at = _put(blob, starts, steps + 2 * values + row, out, at)
+        for col in range(last + 1):
+            if present[row, col]:
+                at = _put(blob, starts, col, out, at)
+                ends = values if col == last else 0
+                at = _put(blob, starts, steps + ends + which[point], out, at)
+                point += 1
+    return at
+
+
+@inlined
+def _put(
+    blob: npt.NDArray[np.uint8], starts: IntArray, piece: int, out: npt.NDArray[np.uint8], at: int
+) -> int:
+    lo, hi = starts[piece], starts[piece + 1]
+    if out.size:
+        for b in range(lo, hi):
+            out[at + b - lo] = blob[b]
+    return int(at + hi - lo)
 
 
 def _distinct(bits: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], IntArray]:
@@ -87,20 +125,21 @@ def _openings(answer: MatrixColumns) -> list[bytes]:
     Why remembered: a dashboard asks for the same series every refresh, and
     writing 19,000 label sets of seven pairs took 60 ms, a third of the body at
     200 nodes; looked up by the set's key (its hash kept, unlike a tuple's), 3 ms.
+    Looked up in ``map`` calls rather than a loop of Python: 10 ms became 7.
     """
     if answer.maps is None:
         return [_opening(labels) for labels in answer.labels]
-    named, unnamed = _SEEN
-    out = []
-    for labels, stored in zip(answer.labels, answer.maps, strict=True):
-        seen = named if labels is stored.pairs else unnamed  # else its pairs less __name__
-        found = seen.young.get(stored.key)
-        if found is None:
-            found = seen.old.get(stored.key) or _opening(labels)
-            seen.young[stored.key] = found
-            seen.age()
-        out.append(found)
-    return out
+    if not answer.maps:
+        return []
+    # every row is labelled with its set's pairs, or every row with them less __name__
+    seen = _SEEN[0] if answer.labels[0] is answer.maps[0].pairs else _SEEN[1]
+    keys = list(map(_KEY, answer.maps))
+    found: list[bytes | None] = list(map(seen.young.get, keys))
+    for i in [i for i, opening in enumerate(found) if opening is None]:
+        key = keys[i]
+        found[i] = seen.young[key] = seen.old.get(key) or _opening(answer.labels[i])
+        seen.age()
+    return cast(list[bytes], found)
 
 
 def _opening(labels: Labels) -> bytes:
@@ -125,4 +164,5 @@ SEEN_SERIES = 32_768
 """Openings kept in each generation: at most 4 x 32,769 are held (about 40 MB for label
 sets of seven pairs)."""
 _SEEN = (_Seen(), _Seen())
+_KEY = attrgetter("key")
 """Of label sets written whole, and less ``__name__``."""
