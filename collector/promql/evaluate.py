@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.tsdb.series import LabelSet
+from collector.tsdb.series import LabelSet, share_name
 
 from . import aggregate as agg
 from . import binary, histogram, instant, lookup
@@ -36,7 +36,7 @@ from .ranges import RANGE_FUNCTIONS, TIMED, check_smoothing
 from .relabel import relabel
 from .select import Selection
 from .timing import QueryTimes, ref_mode, refs, subquery_refs, subquery_steps
-from .values import METRIC_NAME, Labels, drop_name
+from .values import Labels, drop_name
 
 RangeSource = tuple[list[Block], IntArray, IntArray, int]
 """A range vector argument: its blocks, their rows' output order, window ends per step, range."""
@@ -174,7 +174,7 @@ class Evaluator:
         values = _unstacked(np.concatenate([v for v, _ in parts]), stacked)
         present = _unstacked(np.concatenate([p for _, p in parts]), stacked)
         maps = lookup.maps_of(blocks)
-        every, distinct = _range_labels(blocks, maps, node.name == "last_over_time")
+        every, distinct = _range_labels(blocks, maps, order, node.name == "last_over_time")
         vec = Vec(every, values, present, lookup.rank_of(order), maps)
         return vec.compact() if distinct else unique_overall(vec)
 
@@ -231,18 +231,18 @@ def _unstacked(rows: np.ndarray, stacked: IntArray | None) -> np.ndarray:
 
 
 def _range_labels(
-    blocks: list[Block], maps: list[LabelSet] | None, named: bool
+    blocks: list[Block], maps: list[LabelSet] | None, order: IntArray, named: bool
 ) -> tuple[list[Labels], bool]:
     """A range function's labels of the blocks' rows, ``__name__`` dropped unless ``named``,
     and whether they are known to be distinct without comparing them.
 
-    The storage's label sets (``maps``) are distinct, and stay so without a name
-    they all share: then the per-series check of :func:`unique_overall` is spared.
+    The storage's label sets (``maps``, in label order by ``order``) are distinct,
+    and stay so without a name they all share: then the per-series check of
+    :func:`unique_overall` is spared.
     """
     if named:
         return [labels for b in blocks for labels in b.labels], maps is not None
     if maps is None:
         return [drop_name(labels) for b in blocks for labels in b.labels], False
-    # (a storage label set is never empty: it has its __name__)
-    shared = bool(maps) and maps[0].pairs[0][0] == METRIC_NAME
-    return [m.unnamed for m in maps], shared and len({m.pairs[0] for m in maps}) == 1
+    shared = bool(maps) and share_name(maps[order[0]], maps[order[-1]])
+    return [m.unnamed for m in maps], shared

