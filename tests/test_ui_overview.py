@@ -232,7 +232,30 @@ async def test_the_last_hour_is_read_from_the_history_and_topped_up() -> None:
     ended = await trend.series(None, {"memory used": 7.0 * GIB, "utilisation": None})
     assert ended["memory used"].points == [*used, (now, 7.0 * GIB)]  # now, from the page
     assert ended["utilisation"].points == []
+
+    # the next step's page records its point of now as the step's: the history's 300 GiB
+    # there is not read
     put(start + 11 * step, 100.0 * GIB)
     clock[0] = now + step
-    await eventually(lambda: charted(start + 11 * step, 300.0 * GIB), 10, "the next step")
-    assert kept["memory used"].points[:12] == [*used[:11], (start + 11 * step, 300.0 * GIB)]
+    page = {"memory used": 9.0 * GIB, "utilisation": 40.0}
+    recorded = await trend.series(None, page)
+    assert recorded["memory used"].points == [*used, (now + step, 9.0 * GIB)]
+    assert recorded["utilisation"].points == [(now + step, 40.0)]
+    assert recorded["memory allocated"].points == []
+    clock[0] = now + step + 1.0  # later in the same step: a point of now, not recorded
+    later = await trend.series(None, {"memory used": 8.0 * GIB})
+    assert later["memory used"].points[-2:] == [
+        (now + step, 9.0 * GIB),
+        (now + step + 1, 8.0 * GIB),
+    ]
+    assert (await trend.series(None, {}))["memory used"].points[-1] == (now + step, 9.0 * GIB)
+
+    # after a pause of whole steps, the history tops them up
+    for k in (12, 13, 14):
+        put(start + k * step, float(k * GIB))
+    clock[0] = now + 4 * step
+    await eventually(lambda: charted(start + 14 * step, 42.0 * GIB), 10, "the paused steps")
+    assert kept["memory used"].points[11:] == [
+        (now + step, 9.0 * GIB),
+        *[(start + k * step, 3.0 * k * GIB) for k in (12, 13, 14)],
+    ]
