@@ -32,7 +32,10 @@ class Groups:
         rank: IntArray | None = None,
         maps: list[LabelSet] | None = None,
     ) -> None:
-        if maps is not None and not without and METRIC_NAME not in grouping:
+        if not without and not grouping:  # every row in one group: no key per row to make
+            ids = np.zeros(len(labels), dtype=np.int64)
+            self.labels: list[Labels] = [()] if labels else []
+        elif maps is not None and not without and METRIC_NAME not in grouping:
             ids, self.labels = _by_lookups(maps, sorted(grouping))
         else:
             index: dict[Labels, int] = {}
