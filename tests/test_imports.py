@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     (
         "agent",
+        "collector.compiled",
         "collector.schema",
         "collector.labelsets",
         "collector.allocation",
