@@ -26,10 +26,15 @@ from collector.app import STORE, build_app
 from collector.batch import Batch, Source
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
+from collector.store import Store
+from collector.tsdb.history import History
 from collector.web.access import ACCESS, Access
+from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import Chargeback, Window
 from collector.web.rest.models import UsageReport
+from collector.web.ui.kinds import Kinds
 from collector.web.ui.namespaces import Reports
+from collector.web.ui.workloads import WorkloadViews
 
 HOSTILE = '<script>alert("x")</script>&amp;'
 GIB = 1 << 30
@@ -271,6 +276,31 @@ async def test_a_pods_detail_charts_its_last_hour() -> None:
         detail = await rest(http, "/api/v1/namespaces/ns-a/pods/p")
         assert detail["memory_used_bytes"] == 4 * GIB
         assert '<span class="pod-memory-used">4 GiB</span>' in html
+
+
+async def test_a_pods_page_presents_again_only_the_nodes_that_hold_the_pod() -> None:
+    """Other nodes of its namespace that changed keep their earlier form (warming's work)."""
+    store = Store(120.0, History(3600.0, 1000))
+    cache = NodeCache()
+    app = web.Application()
+    app[STORE] = store
+    views = WorkloadViews(STORE, cache, Kinds(), store.history, 1.0, 300.0, 300.0)
+    app.router.add_routes(views.routes())
+
+    def put(used: int) -> None:
+        for i, pod in ((1, "p"), (2, "q")):
+            source = Source(f"agent/{name(i)}", "agent", name(i), SourceKind.AGENT, 0)
+            held = batch(i, [Vgpu("ns-a", pod, "c", used=used)])
+            store.put(source, held, time.monotonic(), time.time())
+
+    put(1 * GIB)
+    async with serving(app) as base, aiohttp.ClientSession(base) as http:
+        assert "1 GiB" in await page(http, "/workloads/ns-a/p")
+        assert cache.stale(store) == 0  # never presented: both presented whatever the bound
+        put(2 * GIB)
+        html = await page(http, "/workloads/ns-a/p")
+        assert '<span class="pod-memory-used">2 GiB</span>' in html
+        assert cache.stale(store) == 1  # n-002 holds ns-a but not the pod: left to warming
 
 
 async def test_namespaces_is_the_chargeback_report() -> None:

@@ -126,7 +126,7 @@ class Shape:
     model a third of its time.
     """
 
-    __slots__ = ("cards", "container_count", "containers", "keys", "namespaces")
+    __slots__ = ("cards", "container_count", "containers", "keys", "namespaces", "pods")
 
     def __init__(self, series: Mapping[bytes, float]) -> None:
         self.keys = tuple(series)
@@ -161,6 +161,7 @@ class Shape:
         )
         self.container_count = len({labels[:3] for labels in containers})
         self.namespaces = frozenset(labels[0] for labels in containers)
+        self.pods = frozenset(labels[:2] for labels in containers)
 
     def fits(self, series: Mapping[bytes, float]) -> bool:
         """Whether ``series`` has the keys this shape was made from, in the same order.
@@ -222,6 +223,11 @@ class NodeUsage:
     def namespaces(self) -> frozenset[str]:
         """Namespaces of those containers."""
         return self.shape.namespaces
+
+    @property
+    def pods(self) -> frozenset[tuple[str, str]]:
+        """(namespace, pod) of those containers."""
+        return self.shape.pods
 
     @property
     def containers_read(self) -> bool:

@@ -227,7 +227,7 @@ class WorkloadViews:
             raise missing
         # the nodes that held the pod when last presented, then their current forms: a pod's
         # page rebuilds only its own nodes (new nodes are presented whatever the bound)
-        held = [p.usage.node for p in self._nodes.all(store, 0) if namespace in p.usage.namespaces]
+        held = [p.usage.node for p in self._nodes.all(store, 0) if (namespace, pod) in p.usage.pods]
         found = [
             (presented, reading)
             for node in held
