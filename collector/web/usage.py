@@ -160,8 +160,8 @@ class Shape:
             )
         )
         self.container_count = len({labels[:3] for labels in containers})
-        self.namespaces = frozenset(labels[0] for labels in containers)
         self.pods = frozenset(labels[:2] for labels in containers)
+        self.namespaces = frozenset(namespace for namespace, _ in self.pods)
 
     def fits(self, series: Mapping[bytes, float]) -> bool:
         """Whether ``series`` has the keys this shape was made from, in the same order.
