@@ -33,10 +33,10 @@ from collector.tsdb.blocks import (
     gapped,
     merge,
     renumbered,
-    run_cells,
 )
 from collector.tsdb.ends import KEEP, Ends, Newest, joined
 from collector.tsdb.labels import Mask
+from collector.tsdb.lookups import Windows, gridded
 from collector.tsdb.series import ABSENT, STALE
 
 if TYPE_CHECKING:
@@ -55,6 +55,11 @@ Grid = tuple[NDArray[np.integer[Any]], NDArray[np.float64], NDArray[np.float64]]
 Part = Segment | OpenBlock
 F64 = NDArray[np.float64]
 _NO_VALUES: F64 = np.zeros(0)
+
+
+def _ms(times: F64) -> Ids:
+    """Times in seconds as milliseconds, rounded as the evaluator rounds them."""
+    return np.rint(times * 1000).astype(np.int64)
 
 
 def _arrays(series: Mapping[bytes, float]) -> tuple[tuple[bytes, ...], F64]:
@@ -317,8 +322,8 @@ class Axis:
     def grid(self, want: Mask | None, start: float, end: float) -> Grid | None:
         """The series ``want`` marks in ``[start, end]`` as one matrix: ids, times, series x times.
 
-        The segments' runs are cut to the window all at once
-        (:func:`~collector.tsdb.blocks.run_cells`) and the open block's window is
+        The segments' runs are cut to the window in one pass
+        (:func:`~collector.tsdb.lookups.gridded`) and the open block's window is
         copied whole, without listing cells: this is what a query reads. Rows
         without a point are left out.
         """
@@ -327,22 +332,21 @@ class Axis:
             return None
         times = np.concatenate([at[lo:hi] for _, at, lo, hi in parts])
         segments = [(part, lo, hi) for part, _, lo, hi in parts if isinstance(part, Segment)]
-        cells = run_cells(segments, want) if segments else None
-        opened = None
+        closed = sum(hi - lo for _, lo, hi in segments)
+        size = (
+            len(want)
+            if want is not None
+            else max((int(s.ids[-1]) + 1 for s, *_ in segments), default=0)
+        )
+        runs = gridded([Windows(segments, _ms(times[:closed]), want, size)])
+        sids, matrix = runs.sids, runs.values
         part, _, lo, hi = parts[-1]
         if isinstance(part, OpenBlock):
-            opened = part.window(want, lo, hi)
-        if cells is None:
-            assert opened is not None
-            order = np.argsort(opened[0])
-            sids, matrix = opened[0][order], opened[1][order]
-        else:
-            runs = cells.ids
-            sids = np.unique(runs if opened is None else np.concatenate([runs, opened[0]]))
+            opened, window = part.window(want, lo, hi)
+            sids = np.union1d(runs.sids, opened)
             matrix = np.full((len(sids), len(times)), ABSENT)
-            matrix[np.searchsorted(sids, runs)[cells.run], cells.cols] = cells.values
-            if opened is not None:
-                matrix[np.searchsorted(sids, opened[0]), len(times) - (hi - lo) :] = opened[1]
+            matrix[np.searchsorted(sids, runs.sids), :closed] = runs.values
+            matrix[np.searchsorted(sids, opened), closed:] = window
         held = ~absent(matrix).all(axis=1)
         if not held.all():
             sids, matrix = sids[held], matrix[held]
@@ -366,8 +370,7 @@ class Axis:
             times.append(at[lo:hi])
         if gapped((w[0] for w in windows), want):
             return None
-        times_ms = np.rint(np.concatenate(times) * 1000).astype(np.int64) if times else _NO_IDS
-        return windows, times_ms
+        return windows, _ms(np.concatenate(times)) if times else _NO_IDS
 
     @property
     def nbytes(self) -> int:

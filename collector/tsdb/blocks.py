@@ -20,15 +20,15 @@ touches fewer of them.
 
 from __future__ import annotations
 
-import itertools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from collector.compiled import array_at, inlined
 from collector.tsdb.series import ABSENT, STALE
 
 F64 = NDArray[np.float64]
@@ -47,6 +47,8 @@ BLOCK = 8
 """Times of an open block: a series that starts or ends in it costs up to a block of cells."""
 MERGE = 4
 """Closed blocks merged into one segment (:data:`BLOCK` x :data:`MERGE` must stay under 256)."""
+_HEAD = 3
+"""The int64s a segment's layout begins with: its runs, its values, their address."""
 
 
 def absent(values: F64) -> Mask:
@@ -212,7 +214,8 @@ class Segment:
     ``width[r]`` times; ``values`` holds the runs' first ``stored[r]`` cells
     series by series (all of them, or the first alone for one repeated value),
     so the runs of the few series a query selects are read without unpacking
-    the rest.
+    the rest. ``ids``, ``first``, ``width`` and ``stored`` lie in one buffer at
+    ``address`` (:meth:`laid`), which compiled reads take (:func:`runs_at`).
     """
 
     times: F64
@@ -224,12 +227,36 @@ class Segment:
     points: int
     gaps: NDArray[np.intp]
     """Indexes of the runs with a time inside that holds no point (rare: nearly always empty)."""
+    address: int
+
+    @staticmethod
+    def laid(
+        times: F64,
+        ids: NDArray[Any],
+        first: NDArray[Any],
+        width: NDArray[Any],
+        stored: NDArray[Any],
+        values: F64,
+        points: int,
+        gaps: NDArray[np.intp],
+    ) -> Segment:
+        """A segment of these runs, laid out for :func:`runs_at`: a head (how many runs and
+        values, and the values' address), then ids, first times, widths and stored counts."""
+        n, values = len(ids), np.ascontiguousarray(values)
+        buffer = np.empty(8 * _HEAD + 7 * n, np.uint8)
+        buffer[: 8 * _HEAD].view(np.int64)[:] = (n, len(values), values.ctypes.data)
+        laid_ids = buffer[8 * _HEAD : 8 * _HEAD + 4 * n].view(np.int32)
+        laid_ids[:] = ids
+        rest = buffer[8 * _HEAD + 4 * n :].reshape(3, n)
+        rest[:] = (first, width, stored)
+        address = buffer.ctypes.data
+        return Segment(times, laid_ids, rest[0], rest[1], rest[2], values, points, gaps, address)
 
     @property
     def nbytes(self) -> int:
         """Bytes its arrays hold."""
         arrays = (self.times, self.ids, self.first, self.width, self.stored, self.values, self.gaps)
-        return sum(a.nbytes for a in arrays)
+        return 8 * _HEAD + sum(a.nbytes for a in arrays)
 
     def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
         """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
@@ -252,82 +279,17 @@ class Segment:
         return window
 
 
-@dataclass(frozen=True, slots=True)
-class RunCells:
-    """Cells of runs: each run's series id (runs with cells only), and per cell its run,
-    column and value."""
-
-    ids: Ids
-    run: Ids
-    cols: Ids
-    values: F64
-
-
-def expand(first: Ids, count: Ids) -> tuple[Ids, Ids]:
-    """For runs whose cells are ``first .. first + count - 1``: each cell's run and index."""
-    run = np.repeat(np.arange(len(first)), count)
-    return run, first[run] + np.arange(len(run)) - (np.cumsum(count) - count)[run]
-
-
-class Runs:
-    """The wanted runs of consecutive segments' windows ``[lo, hi)``, all segments at once:
-    their series, bounds in the windows' columns laid end to end (``begin`` to ``end``,
-    exclusive), and where their cells lie.
-
-    Why at once: a node's hour is several segments, and reading them one by one
-    costs a score of numpy calls each; a lookup reads many nodes' in one pass.
-    """
-
-    def __init__(
-        self, segments: list[Segment], sids: Ids, part: Ids, fields: tuple[Ids, ...]
-    ) -> None:
-        self.segments = segments
-        self.sids = sids
-        self.part = part
-        """Each run's window, an index into ``segments``."""
-        self.begin, self.end, self.shift, self.first, self.start, self.step = fields
-
-    @staticmethod
-    def of(
-        windows: Sequence[tuple[Segment, int, int]], want: Mask | None, bases: Ids | None = None
-    ) -> Runs:
-        """The runs ``want`` marks (all if None) with points inside the windows; ``bases``:
-        what each window's series ids are offset by (segments of several nodes, ``want``
-        over their ids laid end to end)."""
-        segments = [w[0] for w in windows]
-        counts = [len(seg.ids) for seg in segments]
-        ids = np.concatenate([seg.ids for seg in segments]).astype(np.int64)
-        if bases is not None:
-            ids += np.repeat(bases, counts)
-        picked = np.arange(len(ids)) if want is None else np.flatnonzero(want[ids])
-        part = np.repeat(np.arange(len(segments)), counts)
-        stored = np.concatenate([seg.stored for seg in segments]).astype(np.int64)
-        # where each run's cells start in its own segment's values
-        sizes = np.array([len(seg.values) for seg in segments], np.int64)
-        start = (np.cumsum(stored) - stored - (np.cumsum(sizes) - sizes)[part])[picked]
-        first = np.concatenate([seg.first for seg in segments]).astype(np.int64)[picked]
-        width = np.concatenate([seg.width for seg in segments]).astype(np.int64)[picked]
-        part = part[picked]
-        lo, hi = (
-            np.array(bounds, np.int64) for bounds in zip(*[w[1:] for w in windows], strict=True)
-        )
-        shift = (np.cumsum(hi - lo) - (hi - lo) - lo)[part]  # a segment's time to its column
-        begin = np.maximum(first, lo[part])
-        end = np.minimum(first + width, hi[part])
-        kept = np.flatnonzero(end > begin)
-        step = (stored[picked] > 1).astype(np.int64)
-        fields = (begin + shift, end + shift, shift, first, start, step)
-        return Runs(segments, ids[picked][kept], part[kept], tuple(f[kept] for f in fields))
-
-    def cells(self, run: Ids, col: Ids) -> F64:
-        """The values of runs ``run`` (ascending) at columns ``col``, one per pair."""
-        local = col - self.shift[run]
-        index = self.start[run] + (local - self.first[run]) * self.step[run]
-        taken = np.cumsum(np.bincount(self.part[run], minlength=len(self.segments))).tolist()
-        bounds = itertools.pairwise([0, *taken])
-        return np.concatenate(
-            [seg.values.take(index[a:b]) for seg, (a, b) in zip(self.segments, bounds, strict=True)]
-        )
+@inlined
+def runs_at(address: int) -> tuple[Any, Any, Any, Any, F64]:
+    """In a compiled loop, the segment laid at ``address`` (:meth:`Segment.laid`): its runs'
+    ids, first times, widths and stored counts, and its values."""
+    head = array_at(address, _HEAD, np.int64)
+    n, at = head[0], address + 8 * _HEAD
+    ids = array_at(at, n, np.int32)
+    first = array_at(at + 4 * n, n, np.uint8)
+    width = array_at(at + 5 * n, n, np.uint8)
+    stored = array_at(at + 6 * n, n, np.uint8)
+    return ids, first, width, stored, array_at(head[2], head[1], np.float64)
 
 
 def gapped(segments: Iterable[Segment], want: Mask | None) -> bool:
@@ -335,15 +297,6 @@ def gapped(segments: Iterable[Segment], want: Mask | None) -> bool:
     return any(
         len(seg.gaps) and (want is None or bool(want[seg.ids[seg.gaps]].any())) for seg in segments
     )
-
-
-def run_cells(windows: Sequence[tuple[Segment, int, int]], want: Mask | None) -> RunCells:
-    """Every cell of the series ``want`` marks (all if None) in consecutive segments' windows
-    ``[lo, hi)``: ``cols`` count the windows' times laid end to end. Cells inside a run
-    may be :data:`ABSENT` (a gap)."""
-    runs = Runs.of(windows, want)
-    run, col = expand(runs.begin, runs.end - runs.begin)
-    return RunCells(runs.sids, run, col, runs.cells(run, col))
 
 
 def _offsets(times: int, first: NDArray[Any]) -> NDArray[np.uint64]:
@@ -371,12 +324,12 @@ def pack(times: F64, ids: Ids, matrix: F64) -> Segment | None:
     stored = np.where(once, 1, width)
     counts = present.sum(axis=0)
     gaps = np.flatnonzero(counts != width)
-    return Segment(
+    return Segment.laid(
         times,
-        ids.astype(np.int32),
-        first.astype(np.uint8),
-        width.astype(np.uint8),
-        stored.astype(np.uint8),
+        ids,
+        first,
+        width,
+        stored,
         matrix.T[(_offsets(len(times), first) < stored).T],
         int(counts.sum()),
         gaps if len(gaps) else NO_GAPS,
@@ -398,9 +351,9 @@ def merge(segments: list[Segment]) -> Segment | None:
 
 def renumbered(segment: Segment, new: Ids) -> Segment:
     """``segment`` with every series id ``i`` replaced by ``new[i]`` (order kept)."""
-    return Segment(
+    return Segment.laid(
         segment.times,
-        new[segment.ids].astype(np.int32),
+        new[segment.ids],
         segment.first,
         segment.width,
         segment.stored,

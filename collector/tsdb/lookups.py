@@ -5,16 +5,17 @@ newest point at or before the step within the lookback. Expanding every point
 of the window into a matrix and searching it costs all the window's cells (at
 15 s resolution, four per step of a minute). A run of a segment (a series'
 unbroken points from one time of the segment to another) already says where
-its points are: the steps it covers take their cell at the step's time, and
-the few steps after it ends and before the series' next run (within the
-lookback) take its last cell. So one ``searchsorted`` of the runs' bounds among
-the steps finds every cell a lookup needs, and only those cells are read.
+its points are: the steps whose newest time lies inside it take the cell at
+that time, and the few steps after it ends and before the series' next run
+(within the lookback) take its last cell. So only the cells a lookup needs are
+read.
 
-Why many nodes at once: done node by node, the five dozen numpy calls a lookup
-takes cost ~150 µs a node whatever its size. Laid end to end, the nodes' times
-become one ascending axis (node ``i``'s times shifted by ``i`` spans), their
-steps too, and one lookup serves them all; a pair of a run and a step of
-different nodes is dropped.
+Why compiled loops over many nodes at once: a node's hour is several segments,
+and reading their runs with numpy took a score of calls per segment (200 nodes,
+~1,000 segments: 37 ms a lookup, 29 ms a range selector's read, where one pass
+of a compiled loop over the same runs takes 5). The loop takes the segments by
+their addresses (:meth:`~collector.tsdb.blocks.Segment.laid`), a table of
+windows for a group of nodes.
 
 A run with a time inside that holds no point (rare, see
 :attr:`~collector.tsdb.blocks.Segment.gaps`) breaks that reasoning: such a
@@ -29,11 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.tsdb.blocks import Ids, Mask, Runs, Segment, expand, stale
+from collector.compiled import compiled
+from collector.tsdb.blocks import Ids, Mask, Segment, runs_at, stale
 from collector.tsdb.series import ABSENT, STALE
 
 F64 = NDArray[np.float64]
-_NEVER = np.iinfo(np.int64).max
+_ALL: Mask = np.zeros(0, bool)
+"""What :func:`_wants` gives where every node wants all its series."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,93 +64,195 @@ class LookedUp:
 
 def gridded(nodes: Sequence[Windows]) -> LookedUp:
     """Every point of the wanted series of ``nodes`` in their windows: per series, a row of
-    its node's window times (:data:`ABSENT` past them, to the widest node's). No node may
-    hold a gapped run it wants.
-
-    What :meth:`~collector.tsdb.axis.Axis.grid` gives node by node, for many nodes in
-    one pass over their runs: a range selector's read, a few dozen numpy calls a node
-    otherwise (200 nodes: 48 ms where the cells themselves took a fraction).
-    """
-    sizes = np.array([node.size for node in nodes], np.int64)
-    bases = np.cumsum(sizes) - sizes
-    counts = [len(node.segments) for node in nodes]
-    runs = Runs.of(
-        [w for node in nodes for w in node.segments], _wants(nodes), np.repeat(bases, counts)
-    )
-    widths = np.array([len(node.times_ms) for node in nodes], np.int64)
-    node_of_run = np.repeat(np.arange(len(nodes)), counts)[runs.part]
-    run, col = expand(runs.begin, runs.end - runs.begin)  # columns of every node end to end
-    sids, rows = np.unique(runs.sids, return_inverse=True)
-    out = np.full((len(sids), int(widths.max(initial=0))), ABSENT)
-    out[rows[run], col - (np.cumsum(widths) - widths)[node_of_run[run]]] = runs.cells(run, col)
-    node = np.searchsorted(bases, sids, side="right") - 1
-    return LookedUp(node, sids - bases[node], out)
-
-
-def _wants(nodes: Sequence[Windows]) -> Mask | None:
-    """The nodes' wanted series over their ids laid end to end (None: all of every node)."""
-    if all(node.want is None for node in nodes):
-        return None
-    return np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
+    its node's window times (:data:`ABSENT` past them, to the widest node's, and at a gapped
+    run's times without a point). A range selector's read, many nodes in one pass, and the
+    closed part of :meth:`~collector.tsdb.axis.Axis.grid`'s, one node."""
+    bases, total = _bases(nodes)
+    width = max((len(node.times_ms) for node in nodes), default=0)
+    values, row_of = _grid(_table(nodes), _wants(nodes), bases, total, width)
+    return _found(values, np.flatnonzero(row_of >= 0), bases)
 
 
 def looked_up(nodes: Sequence[Windows], at: Ids, lookback_ms: int) -> LookedUp:
     """The wanted series of ``nodes`` looked up at ``at`` (ms, ascending); series no lookup
     finds are left out. No node may hold a gapped run it wants."""
-    steps = len(at)
-    sizes = np.array([node.size for node in nodes], np.int64)
-    bases = np.cumsum(sizes) - sizes
-    origin = min(int(at[0]) - lookback_ms, *(int(n.times_ms[0]) for n in nodes))
-    span = max(int(at[-1]), *(int(n.times_ms[-1]) for n in nodes)) - origin + 1
-    shifts = np.arange(len(nodes), dtype=np.int64) * span - origin
-    times = np.concatenate(
-        [node.times_ms + shift for node, shift in zip(nodes, shifts.tolist(), strict=True)]
+    bases, total = _bases(nodes)
+    starts = np.cumsum([0, *(len(node.times_ms) for node in nodes)])
+    times = np.concatenate([node.times_ms for node in nodes])
+    values, row_of = _lookup(
+        _table(nodes), _wants(nodes), bases, total, times, starts, at, lookback_ms
     )
-    counts = [len(node.segments) for node in nodes]
-    runs = Runs.of(
-        [w for node in nodes for w in node.segments], _wants(nodes), np.repeat(bases, counts)
-    )
-    node_of_run = np.repeat(np.arange(len(nodes)), counts)[runs.part]
-    refs = (shifts[:, None] + at[None, :]).ravel()  # every node's steps, node after node
-    pos = np.searchsorted(times, refs, side="right") - 1
-    oldest = np.searchsorted(times, refs - lookback_ms, side="left")
-    begin, end = runs.begin, runs.end
-    # the steps whose newest time lies inside each run, and those after it, before the
-    # series' next run, within the lookback of its last point
-    inside = np.searchsorted(pos, begin), np.searchsorted(pos, end)
-    after = np.minimum(
-        np.searchsorted(pos, _following(runs)), np.searchsorted(oldest, end - 1, side="right")
-    )
-    # a node's step with no point at or before it lands on the node before it: not its own
-    run, step = _own(node_of_run, steps, *expand(inside[0], inside[1] - inside[0]))
-    col = pos[step]
-    values = np.where(col >= oldest[step], runs.cells(run, col), STALE)
-    tail_run, tail_step = _own(
-        node_of_run, steps, *expand(inside[1], np.maximum(after - inside[1], 0))
-    )
-    last = runs.cells(np.arange(len(begin)), end - 1)
-    sids = np.unique(runs.sids)
-    rows = np.searchsorted(sids, runs.sids)
-    out = np.full((len(sids), steps), STALE)
-    out[rows[run], step % steps] = values
-    out[rows[tail_run], tail_step % steps] = last[tail_run]
-    found = ~stale(out).all(axis=1)  # a series none of the lookups finds is left out
+    ids = np.flatnonzero(row_of >= 0)
+    found = ~stale(values).all(axis=1)  # a series none of the lookups finds is left out
     if not found.all():
-        sids, out = sids[found], out[found]
-    node = np.searchsorted(bases, sids, side="right") - 1
-    return LookedUp(node, sids - bases[node], out)
+        ids, values = ids[found], values[found]
+    return _found(values, ids, bases)
 
 
-def _own(node_of_run: Ids, steps: int, run: Ids, step: Ids) -> tuple[Ids, Ids]:
-    """The (run, step) pairs whose step is one of the run's node's."""
-    own = node_of_run[run] == step // steps
-    return (run, step) if own.all() else (run[own], step[own])
+def _bases(nodes: Sequence[Windows]) -> tuple[Ids, int]:
+    """Where each node's ids begin among the nodes' ids laid end to end, and how many."""
+    sizes = np.array([node.size for node in nodes], np.int64)
+    return np.cumsum(sizes) - sizes, int(sizes.sum())
 
 
-def _following(runs: Runs) -> Ids:
-    """Where each run's series has its next run (never: the largest int64)."""
-    order = np.lexsort((runs.begin, runs.sids))
-    same = runs.sids[order][1:] == runs.sids[order][:-1]
-    following = np.full(len(runs.sids), _NEVER, np.int64)
-    following[order[:-1][same]] = runs.begin[order][1:][same]
-    return following
+def _wants(nodes: Sequence[Windows]) -> Mask:
+    """The nodes' wanted series over their ids laid end to end (empty: all of every node)."""
+    if all(node.want is None for node in nodes):
+        return _ALL
+    return np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
+
+
+def _table(nodes: Sequence[Windows]) -> Ids:
+    """One row per window of ``nodes``, node after node: the node's index, the window's
+    bounds ``[lo, hi)`` in its segment's times, the segment's address."""
+    rows = [(i, lo, hi, seg.address) for i, n in enumerate(nodes) for seg, lo, hi in n.segments]
+    return np.array(rows, np.int64).reshape(-1, 4)
+
+
+def _found(values: F64, ids: Ids, bases: Ids) -> LookedUp:
+    """The rows ``values`` holds, of ``ids`` among the nodes' ids laid end to end."""
+    node = np.searchsorted(bases, ids, side="right") - 1
+    return LookedUp(node, ids - bases[node], values)
+
+
+@compiled
+def _rows(table: Ids, want: Mask, bases: Ids, total: int) -> tuple[Ids, int]:
+    """Each id's row (-1: none, rows in id order): the ids laid end to end with a wanted
+    run inside a window of ``table``; and how many rows."""
+    seen = np.zeros(total, np.bool_)
+    for w in range(table.shape[0]):
+        node, lo, hi, address = table[w]
+        ids, first, width, _, _ = runs_at(address)
+        for r in range(ids.size):
+            k = bases[node] + ids[r]
+            f = np.int64(first[r])
+            if (want.size == 0 or want[k]) and min(f + width[r], hi) > max(f, lo):
+                seen[k] = True
+    row_of = np.full(total, -1, np.int64)
+    rows = 0
+    for k in range(total):
+        if seen[k]:
+            row_of[k] = rows
+            rows += 1
+    return row_of, rows
+
+
+@compiled
+def _grid(table: Ids, want: Mask, bases: Ids, total: int, width: int) -> tuple[F64, Ids]:
+    """Every cell of the wanted runs of ``table``'s windows, a row per series (see
+    :func:`gridded`), and each id's row."""
+    row_of, rows = _rows(table, want, bases, total)
+    out = np.full((rows, width), ABSENT)
+    col = 0
+    for w in range(table.shape[0]):
+        node, lo, hi, address = table[w]
+        if w == 0 or node != table[w - 1, 0]:
+            col = 0
+        ids, first, runs, stored, values = runs_at(address)
+        at = 0
+        for r in range(ids.size):
+            cell, at = at, at + stored[r]
+            k = bases[node] + ids[r]
+            if want.size and not want[k]:
+                continue
+            f = np.int64(first[r])
+            step = 1 if stored[r] > 1 else 0
+            for t in range(max(f, lo), min(f + runs[r], hi)):
+                out[row_of[k], col + t - lo] = values[cell + (t - f) * step]
+        col += hi - lo
+    return out, row_of
+
+
+@compiled
+def _lookup(
+    table: Ids,
+    want: Mask,
+    bases: Ids,
+    total: int,
+    times: Ids,
+    starts: Ids,
+    at: Ids,
+    lookback: int,
+) -> tuple[F64, Ids]:
+    """The wanted runs of ``table``'s windows looked up at ``at`` (see :func:`looked_up`):
+    a row per series, :data:`STALE` for none, and each id's row. ``times``: each node's
+    window times (ms) end to end, node ``i``'s from ``starts[i]`` to ``starts[i + 1]``."""
+    row_of, rows = _rows(table, want, bases, total)
+    steps = at.size
+    out = np.full((rows, steps), STALE)
+    ended = np.full(rows, -1, np.int64)  # each series' last run so far: where it ended,
+    step_after = np.zeros(rows, np.int64)  # the first step after it,
+    last = np.zeros(rows)  # its last cell
+    pos = np.empty(steps, np.int64)  # a node's newest column at or before each step,
+    oldest = np.empty(steps, np.int64)  # and its oldest within the lookback
+    col = 0
+    for w in range(table.shape[0] + 1):
+        changed = w == table.shape[0] or w == 0 or table[w, 0] != table[w - 1, 0]
+        if changed and w:
+            _tails(out, row_of, bases, table[w - 1, 0], ended, step_after, last, oldest)
+        if w == table.shape[0]:
+            break
+        node, lo, hi, address = table[w]
+        if changed:
+            col = 0
+            _steps(times[starts[node] : starts[node + 1]], at, lookback, pos, oldest)
+        ids, first, runs, stored, values = runs_at(address)
+        shift, cell = col - lo, 0
+        for r in range(ids.size):
+            here, cell = cell, cell + stored[r]
+            k = bases[node] + ids[r]
+            f = np.int64(first[r])
+            begin, end = max(f, lo) + shift, min(f + runs[r], hi) + shift
+            if (want.size and not want[k]) or end <= begin:
+                continue
+            row, step = row_of[k], 1 if stored[r] > 1 else 0
+            s = step_after[row]
+            while s < steps and pos[s] < begin:  # after the series' previous run
+                if ended[row] >= 0 and oldest[s] < ended[row]:
+                    out[row, s] = last[row]
+                s += 1
+            while s < steps and pos[s] < end:  # inside this one
+                if pos[s] >= oldest[s]:
+                    out[row, s] = values[here + (pos[s] - shift - f) * step]
+                s += 1
+            ended[row], step_after[row] = end, s
+            last[row] = values[here + (end - 1 - shift - f) * step]
+        col += hi - lo
+    return out, row_of
+
+
+@compiled
+def _steps(times: Ids, at: Ids, lookback: int, pos: Ids, oldest: Ids) -> None:
+    """Per step of ``at``: the index of the newest of ``times`` at or before it (-1: none),
+    and of the oldest within ``lookback`` of it, into ``pos`` and ``oldest``."""
+    newest = older = 0
+    for s in range(at.size):
+        while newest < times.size and times[newest] <= at[s]:
+            newest += 1
+        while older < times.size and times[older] < at[s] - lookback:
+            older += 1
+        pos[s], oldest[s] = newest - 1, older
+
+
+@compiled
+def _tails(
+    out: F64,
+    row_of: Ids,
+    bases: Ids,
+    node: int,
+    ended: Ids,
+    step_after: Ids,
+    last: F64,
+    oldest: Ids,
+) -> None:
+    """The steps after the last run of each series of ``node``, within the lookback of its
+    last cell, take that cell."""
+    end = bases[node + 1] if node + 1 < bases.size else row_of.size
+    for k in range(bases[node], end):
+        row = row_of[k]
+        if row < 0 or ended[row] < 0:
+            continue
+        s = step_after[row]
+        while s < oldest.size and oldest[s] < ended[row]:
+            out[row, s] = last[row]
+            s += 1
