@@ -71,3 +71,21 @@ def test_storage_label_sets_read_alike_whole_less_their_name_and_remembered(
     for answer in (whole, unnamed, whole, unnamed, whole):
         assert json.loads(matrix_body(answer)) == expected(answer)
     assert all(len(seen.young) <= 4 and len(seen.old) <= 4 for seen in promjson._SEEN)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=40),
+    st.integers(0, 3000),
+    st.integers(0, 2**32),
+)
+def test_each_point_is_found_among_the_distinct_values(
+    drawn: list[int], points: int, seed: int
+) -> None:
+    """Whatever the bit patterns (colliding in the table or not), each point's index names
+    its own pattern among the distinct ones."""
+    patterns = np.array(drawn, dtype=np.uint64)
+    bits = np.random.default_rng(seed).choice(patterns, points)
+    distinct, which = promjson._distinct(bits)
+    assert np.array_equal(distinct, np.unique(bits))
+    assert np.array_equal(distinct[which], bits)

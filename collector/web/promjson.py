@@ -110,12 +110,46 @@ def _distinct(bits: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], Int
     Bit patterns, not values: -0 and 0 are written apart, as Go writes them.
     Why not ``np.unique(return_inverse=True)``: it argsorts every point; an answer
     holds few distinct values (1,103 among 394,000 points of ``avg_over_time`` at
-    200 nodes), and a plain sort, then a search of each point among the distinct
+    200 nodes), and a plain sort, then finding each point among the distinct
     ones took 30 ms where the argsort took 74.
     """
     ordered = np.sort(bits)
     distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if ordered.size else ordered
-    return distinct, np.searchsorted(distinct, bits)
+    which = np.empty(bits.size, dtype=np.int64)
+    _indexed(distinct, bits, which)
+    return distinct, which
+
+
+@compiled
+def _indexed(distinct: npt.NDArray[np.uint64], bits: npt.NDArray[np.uint64], out: IntArray) -> None:
+    """Each of ``bits``' index in ``distinct`` (which holds every one), into ``out``.
+
+    From a hash table (Fibonacci hashing, linear probing) rather than a binary
+    search: numpy's ``searchsorted`` of 360,000 points among 453 values (200
+    nodes' ``deriv``) took 10.6 ms, among 1,216 (``rate``) 2.4 ms; the table
+    3.6 and 0.5 ms.
+    """
+    shift = 63
+    while (1 << (64 - shift)) < 2 * distinct.size:
+        shift -= 1
+    size = 1 << (64 - shift)
+    keys = np.zeros(size, dtype=np.uint64)
+    index = np.full(size, -1, dtype=np.int64)
+    for i in range(distinct.size):
+        slot = _slot(distinct[i], shift)
+        while index[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        keys[slot], index[slot] = distinct[i], i
+    for i in range(bits.size):
+        slot = _slot(bits[i], shift)
+        while index[slot] < 0 or keys[slot] != bits[i]:
+            slot = (slot + 1) & (size - 1)
+        out[i] = index[slot]
+
+
+@inlined
+def _slot(bits: np.uint64, shift: int) -> np.int64:
+    return np.int64((bits * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
 
 
 def _openings(answer: MatrixColumns) -> list[bytes]:
