@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from collector.compiled import compiled
 from collector.tsdb.series import LabelSet
 
 from .arrays import BoolArray, FloatArray, IntArray, Vec
@@ -233,15 +234,58 @@ def _contenders(vec: Vec, k: IntArray, descending: bool) -> IntArray | None:
     best is linear, and the few contenders sort at once.
     """
     most = int(k.max(initial=0))
-    rows = len(vec.labels)
-    if 2 * most > rows:
+    if 2 * most > len(vec.labels):
         return None
-    numbers = vec.present & ~np.isnan(vec.values)
-    key = np.where(numbers, vec.values if descending else -vec.values, -np.inf)
-    short = numbers.sum(axis=0) < most
-    kth = np.partition(key, rows - most, axis=0)[rows - most] if most else np.inf
-    contend = (numbers & (key >= kth)) | (vec.present & short[None, :])
-    return np.flatnonzero(contend.any(axis=1))
+    if not most:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(_contending(vec.values, vec.present, most, descending))
+
+
+@compiled
+def _contending(values: FloatArray, present: BoolArray, most: int, descending: bool) -> BoolArray:
+    """Which rows contend (:func:`_contenders`), each step's ``most`` best kept in a heap.
+
+    Why compiled: in numpy, a partition of every step's column and a few passes
+    over ``(rows, steps)`` took 11.6 ms for 18,875 series x 61 steps (200 nodes'
+    ``topk``); one pass here reads each element once or twice.
+    """
+    rows, steps = values.shape
+    best = np.full((steps, most), -np.inf)  # each step's best keys: a heap, its worst first
+    numbers = np.zeros(steps, dtype=np.int64)
+    for r in range(rows):
+        for s in range(steps):
+            if present[r, s] and not np.isnan(values[r, s]):
+                numbers[s] += 1
+                key = values[r, s] if descending else -values[r, s]
+                if key > best[s, 0]:
+                    _replace_worst(best[s], key)
+    contend = np.zeros(rows, dtype=np.bool_)
+    for r in range(rows):
+        for s in range(steps):
+            if not present[r, s]:
+                continue
+            key = values[r, s] if descending else -values[r, s]
+            if numbers[s] < most or key >= best[s, 0]:  # a NaN key compares False
+                contend[r] = True
+                break
+    return contend
+
+
+@compiled
+def _replace_worst(heap: FloatArray, key: float) -> None:
+    """Put ``key`` in the place of a min-heap's root, and sift it down."""
+    at = 0
+    while True:
+        child = 2 * at + 1
+        if child >= heap.size:
+            break
+        if child + 1 < heap.size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= key:
+            break
+        heap[at] = heap[child]
+        at = child
+    heap[at] = key
 
 
 def _quantile(groups: Groups, vec: Vec, q: FloatArray) -> FloatArray:
