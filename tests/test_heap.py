@@ -134,6 +134,23 @@ async def test_a_freeze_or_sweep_waits_while_queries_are_evaluated(done: list[st
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_heap_frozen_before_the_task_is_frozen_again_not_swept_at_first(
+    done: list[str],
+) -> None:
+    """A sweep walks everything frozen: a task that starts over a frozen heap (restarted, or
+    its process froze what it made first) freezes until the longest wait has passed."""
+    gc.freeze()
+    idle = asyncio.Event()
+    idle.set()
+    task = asyncio.create_task(heap.keep_frozen(settle=0.001, idle=idle))
+    try:
+        await eventually(lambda: holds(len(done) >= 3), 5, "three settles passed")
+        assert set(done) == {"freeze"}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_cancel_ends_the_task_whenever_it_comes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heap, "sweep", lambda: 0)
     monkeypatch.setattr(heap, "freeze", lambda: 0)
