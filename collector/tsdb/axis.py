@@ -8,7 +8,7 @@ series that left its batches lately (:mod:`collector.tsdb.ends`): an instant
 query at "now" needs only each series' newest point, and Grafana asks it of
 every node on every refresh. Those arrays of many nodes are read at once
 (:mod:`collector.tsdb.latest`), where decoding the lookback window out of the
-blocks costs numpy calls per block and series run.
+blocks walks every run of the window's segments.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ from collector.tsdb.nodes import Found, NodeSeries
 from collector.tsdb.series import Columns, LabelSet, Lookup, Matcher
 
 LOOKUP_IDS = 8192
-"""Series ids of the nodes one lookup serves at once: enough to spread its numpy calls' cost
-over many nodes, few enough for its arrays to stay in the CPU's cache."""
+"""Series ids of the nodes one lookup serves at once: enough to spread a pass's fixed cost
+over many nodes, few enough for its arrays to stay in the CPU's cache and for a group to fit
+in one of the event loop's short slices of reading (:mod:`collector.promql.onloop`)."""
 
 
 class History:
