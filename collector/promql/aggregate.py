@@ -273,7 +273,11 @@ def _contending(values: FloatArray, present: BoolArray, most: int, descending: b
 
 @compiled
 def _replace_worst(heap: FloatArray, key: float) -> None:
-    """Put ``key`` in the place of a min-heap's root, and sift it down."""
+    """Put ``key`` in the place of a min-heap's root, and sift it down.
+
+    Written here because numba's ``heapq`` takes lists only: each step's heap is a row of
+    one array, which a list per step (61 of them for an hour at 60 s) would replace with
+    typed-list appends."""
     at = 0
     while True:
         child = 2 * at + 1
