@@ -28,6 +28,7 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 
 from collector.normalise import PassThrough
+from collector.promql.engine import Engine
 from collector.remote.queue import QueueConfig
 from collector.remote.status import remote_panel
 from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
@@ -84,7 +85,7 @@ READ_AUTH = web.AppKey("read_auth", ReadAuth)
 TASKS = web.AppKey("tasks", Supervisor)
 REMOTE = web.AppKey("remote", RemoteWriter)
 KUBE = web.AppKey("kubernetes discovery", KubernetesDiscovery)
-PROMQL = web.AppKey("prometheus api", PrometheusAPI)
+ENGINE = web.AppKey("query engine", Engine)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
@@ -141,17 +142,11 @@ def build_app(
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
     app.router.add_get("/metrics", page.handle)
-    app[PROMQL] = PrometheusAPI.from_settings(store, settings)
-    app.router.add_routes(app[PROMQL].routes())
+    engine = app[ENGINE] = Engine(store.history, settings.engine_limits())
+    app.router.add_routes(PrometheusAPI(store, engine).routes())
     app.router.add_post("/api/v1/push", _push)
     app.router.add_routes(health.routes(_ready, TASKS))
-    chargeback = Chargeback(
-        store.history,
-        settings.interval,
-        settings.lookback,
-        settings.query_timeout,
-        settings.query_max_samples,
-    )
+    chargeback = Chargeback(engine, settings.history_retention, settings.interval)
     nodes = NodeCache()  # the REST API's and the views': one presented form per node
     rest_api = RestApi(STORE, settings.interval, chargeback, settings.shard, TASKS, nodes)
     app.router.add_routes(rest_api.routes())
@@ -160,19 +155,13 @@ def build_app(
     app.router.add_routes(NodeViews(STORE, nodes, interval, kinds).routes())
     app.router.add_routes(
         WorkloadViews(
-            STORE, nodes, kinds, store.history, interval, settings.lookback, IDLE_AFTER
+            STORE, nodes, kinds, engine, settings.history_retention, interval, IDLE_AFTER
         ).routes()
     )
     namespaces = NamespaceView(chargeback, nodes, settings.history_retention, interval)
     app.router.add_routes(namespaces.routes())
     app.cleanup_ctx.append(namespaces.closing)
-    trend = Trend(
-        store.history,
-        interval,
-        settings.lookback,
-        settings.query_timeout,
-        settings.query_max_samples,
-    )
+    trend = Trend(engine, interval)
     app.router.add_routes(Overview(store, nodes, interval, trend, SCRAPER).routes())
     app.cleanup_ctx.append(trend.running)
     app[DISCOVERY] = []
@@ -310,10 +299,10 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
         app[TASKS].running("store expiry", expire),
         app[TASKS].running("own series", record_own),
         # a collection inside a query would add its pause to the answer
-        app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[PROMQL].idle)),
+        app[TASKS].running("heap freezing", lambda: heap.keep_frozen(idle=app[ENGINE].idle)),
         # what queries freed on the heap serves the next ones; it goes back once they are quiet
         app[TASKS].running(
-            "query memory", lambda: malloc.follow_queries(app[PROMQL].busy, app[PROMQL].idle)
+            "query memory", lambda: malloc.follow_queries(app[ENGINE].busy, app[ENGINE].idle)
         ),
     ):
         yield

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from collector.promql.engine import EngineLimits
 from collector.schema import RANKED_KINDS, Flavour
 from core.durations import duration
 from core.settings import CommaList, FileSettings, SettingError, is_loopback, parse_listen
@@ -272,6 +273,16 @@ class CollectorSettings(FileSettings):
         if self.replica is not None:
             labels.append(("replica", self.replica))
         return labels
+
+    def engine_limits(self) -> EngineLimits:
+        """What every PromQL query of the collector's one engine may use."""
+        return EngineLimits(
+            lookback=self.lookback,
+            timeout=self.query_timeout,
+            max_samples=self.query_max_samples,
+            max_concurrency=self.query_max_concurrency,
+            max_concurrency_per_identity=self.query_max_concurrency_per_identity,
+        )
 
     def monitors(self) -> dict[Flavour, tuple[str, int]]:
         """The label selector and default port of each flavour to discover."""

@@ -25,7 +25,7 @@ from helpers import (
     scraping_collector,
 )
 
-from collector.app import PROMQL, STORE
+from collector.app import ENGINE, STORE
 from collector.promql.query import Prepared
 from core import malloc
 from core.payload import Card, ContainerUsage, Payload
@@ -502,7 +502,7 @@ async def test_sample_limit_and_timeout_answer_as_prometheus(tmp_path: Path) -> 
 async def test_the_count_of_queries_being_evaluated_comes_back_to_zero(api: Api) -> None:
     """The heap task waits while it is above zero: a query that fails, or one that answers,
     must give its count back."""
-    promql = api.app[PROMQL]
+    promql = api.app[ENGINE]
     assert (await api.get("query", query="sum(("))[0] == 400
     assert (await api.get("query", query="count(up)"))[0] == 200
     assert (await api.get("query", query='label_replace(up, "a", "$1", "b", "(")'))[0] == 422
@@ -519,7 +519,7 @@ async def test_the_app_s_memory_policy_follows_its_queries(
     monkeypatch.setattr(malloc, "for_queries", lambda: calls.append("queries"))
     monkeypatch.setattr(malloc, "queries_done", lambda: calls.append("done"))
     assert (await api.get("query", query="count(up)"))[0] == 200
-    assert not api.app[PROMQL].busy.is_set()
+    assert not api.app[ENGINE].busy.is_set()
     await eventually(lambda: holds(calls[-2:] == ["queries", "done"]), 5, "policy switched back")
     assert (await api.get("query", query="count(up)"))[0] == 200
     await eventually(

@@ -22,6 +22,7 @@ from test_read_auth import TENANT, Reads, collector
 from test_status_page import with_agents
 
 from collector.batch import Batch, Source
+from collector.promql.engine import Engine
 from collector.schema import SourceKind
 from collector.store import Store
 from collector.tsdb.history import History
@@ -216,7 +217,7 @@ async def test_the_last_hour_is_read_from_the_history_and_topped_up() -> None:
     for i in range(11):
         put(start + i * step, float(i * GIB))
     clock = [now]
-    trend = Trend(store.history, 1.0, clock=lambda: clock[0])
+    trend = Trend(Engine(store.history), 1.0, clock=lambda: clock[0])
     kept: dict[str, Any] = {}
 
     async def charted(t: float, value: float) -> bool:

@@ -24,6 +24,7 @@ from helpers import eventually, holds, serving
 from collector import labelsets, schema
 from collector.app import STORE, build_app
 from collector.batch import Batch, Source
+from collector.promql.engine import Engine
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.store import Store
@@ -284,7 +285,7 @@ async def test_a_pods_page_presents_again_only_the_nodes_that_hold_the_pod() -> 
     cache = NodeCache()
     app = web.Application()
     app[STORE] = store
-    views = WorkloadViews(STORE, cache, Kinds(), store.history, 1.0, 300.0, 300.0)
+    views = WorkloadViews(STORE, cache, Kinds(), Engine(store.history), 3600.0, 1.0, 300.0)
     app.router.add_routes(views.routes())
 
     def put(used: int) -> None:
@@ -391,7 +392,9 @@ class SlowReports:
     def window(self, start: str | None, end: str | None) -> Window:
         return Window(0.0, 0.0, 0.05, (0.0, 0.0))
 
-    async def report(self, by: str, window: Window, namespaces: object) -> UsageReport:
+    async def report(
+        self, by: str, window: Window, identity: str, namespaces: object
+    ) -> UsageReport:
         await self.go.wait()
         self.made += 1
         return UsageReport(

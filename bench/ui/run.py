@@ -39,7 +39,7 @@ from bench.kit.timing import median, percentile, settle
 from bench.query.fill import fill
 from bench.query.setup import HISTORY_MAX_POINTS, STALE_AFTER
 from bench.ui.churn import Churn
-from collector.app import STORE, build_app
+from collector.app import ENGINE, STORE, build_app
 from collector.settings import CollectorSettings
 from collector.web.rest.cache import NodeCache
 from collector.web.ui.trend import POINTS, SPAN, Trend
@@ -172,14 +172,7 @@ async def _top_up(
     """What the overview's chart costs in the background: its first top-up (the hour) and a
     steady one (an interval later: a step and the newest interval's point), CPU and wall."""
     clock = [now]
-    trend = Trend(
-        app[STORE].history,
-        settings.interval,
-        settings.lookback,
-        settings.query_timeout,
-        settings.query_max_samples,
-        clock=lambda: clock[0],
-    )
+    trend = Trend(app[ENGINE], settings.interval, clock=lambda: clock[0])
     found = {}
     for name in ("first", "steady"):
         await _quiet()

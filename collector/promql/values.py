@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from collector.tsdb.series import LabelSet, Pairs
 
-ErrorType = Literal["bad_data", "execution", "timeout", "canceled"]
+ErrorType = Literal["bad_data", "execution", "timeout", "canceled", "unavailable"]
 
 Labels = Pairs
 """A label set inside the evaluator: ``(name, value)`` pairs sorted by name, hashable."""

@@ -5,12 +5,10 @@ One envelope for every answer (``{"status": "success", "data": ...}`` or
 codes: 400 bad_data, 422 execution, 503 timeout, 404 not_found. Every query
 reads the history, which the store feeds on each change.
 
-A PromQL query is planned and evaluated in a worker thread; its reads of the
-history are made on the event loop (never while the loop changes it), a few
-milliseconds at a time (:mod:`collector.promql.onloop`), so pushes, scrapes and
-``/metrics`` are served between them. At most ``max_concurrency`` queries run
-at once; the rest wait, within their timeout; one reader (an identity) has at
-most ``max_concurrency_per_identity`` waiting or running, one more answers 429.
+Every query goes through the collector's one engine
+(:class:`~collector.promql.engine.Engine`): its slots, its per-identity cap
+(one more answers 429), its timeout and sample limit, its worker thread. The
+answer is shaped in that thread too (a range query's JSON body included).
 
 A tenant (:class:`~collector.web.access.Access` with namespaces) sees only
 its namespaces' series, as behind prom-label-proxy: every selector of its
@@ -24,7 +22,6 @@ are in :mod:`collector.web.grafana`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -40,16 +37,14 @@ from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
 from collector import __version__, schema
+from collector.promql.engine import Engine, Queries, Unavailable
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
-from collector.promql.onloop import LoopReader
 from collector.promql.plan import selector_matchers, tenant_matcher
-from collector.promql.query import Prepared, prepare_instant, prepare_range
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
-from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
-from collector.tsdb.series import Matcher, Queryable
+from collector.tsdb.series import Matcher
 from collector.web.access import Access, access_of
 from collector.web.promjson import matrix_body
 
@@ -103,52 +98,16 @@ def parse_duration(text: str, name: str) -> float:
     return seconds
 
 
-class Unavailable(Exception):
-    """The reader already has as many queries as it may; answered 429, ``Retry-After: 1``."""
-
-
 class PrometheusAPI:
     """Handlers of the Prometheus-compatible endpoints."""
 
     def __init__(
-        self,
-        store: Store,
-        lookback: float = 300.0,
-        clock: Callable[[], float] = time.time,
-        timeout: float = 120.0,
-        max_samples: int = 50_000_000,
-        max_concurrency: int = 4,
-        max_concurrency_per_identity: int = 4,
+        self, store: Store, engine: Engine, clock: Callable[[], float] = time.time
     ) -> None:
         self._store = store
         self._history: History = store.history
-        self._lookback = lookback
+        self._engine = engine
         self._clock = clock
-        self._timeout = timeout
-        self._max_samples = max_samples
-        self._slots = asyncio.Semaphore(max_concurrency)
-        self._per_identity = max_concurrency_per_identity
-        self._queries: dict[str, int] = {}
-        """Queries waiting or running, by identity."""
-        self.evaluating = 0
-        """Queries holding a slot: read or being evaluated."""
-        self.idle = asyncio.Event()
-        """Set while no query holds a slot."""
-        self.idle.set()
-        self.busy = asyncio.Event()
-        """Set while a query holds a slot (the memory policy follows it: core/malloc.py)."""
-
-    @classmethod
-    def from_settings(cls, store: Store, settings: CollectorSettings) -> PrometheusAPI:
-        """The API with the collector's lookback and query limits."""
-        return cls(
-            store,
-            settings.lookback,
-            timeout=settings.query_timeout,
-            max_samples=settings.query_max_samples,
-            max_concurrency=settings.query_max_concurrency,
-            max_concurrency_per_identity=settings.query_max_concurrency_per_identity,
-        )
 
     def routes(self) -> list[web.RouteDef]:
         """Every endpoint, with GET and (form) POST where Prometheus has both."""
@@ -175,22 +134,17 @@ class PrometheusAPI:
         """An instant query."""
         at = parse_time(params.one("time"), "time") if params.has("time") else self._clock()
         query = params.required("query")
-        timeout = self._query_timeout(params)
         access = access_of(params.request)
 
-        def prepare(storage: Queryable, remaining: float) -> Prepared:
-            return prepare_instant(
-                query,
-                at,
-                storage,
-                self._lookback,
-                remaining,
-                self._max_samples,
-                namespaces=access.namespaces,
-            )
+        def answer(queries: Queries) -> dict[str, Any]:
+            prepared = queries.instant(query, at)
+            return _result(prepared.result_type, prepared.run(), at)
 
-        return await self._evaluate(
-            prepare, timeout, lambda p: _result(p.result_type, p.run(), at), access.identity
+        return await self._engine.run(
+            answer,
+            identity=access.identity,
+            namespaces=access.namespaces,
+            time_limit=_request_timeout(params),
         )
 
     async def query_range(self, params: _Params) -> Any:
@@ -199,110 +153,13 @@ class PrometheusAPI:
         end = parse_time(params.required("end"), "end")
         step = parse_duration(params.required("step"), "step")
         query = params.required("query")
-        timeout = self._query_timeout(params)
         access = access_of(params.request)
-
-        def prepare(storage: Queryable, remaining: float) -> Prepared:
-            return prepare_range(
-                query,
-                start,
-                end,
-                step,
-                storage,
-                self._lookback,
-                remaining,
-                self._max_samples,
-                namespaces=access.namespaces,
-            )
-
-        return await self._evaluate(
-            prepare, timeout, lambda p: matrix_body(p.columns()), access.identity
+        return await self._engine.run(
+            lambda queries: matrix_body(queries.range(query, start, end, step).columns()),
+            identity=access.identity,
+            namespaces=access.namespaces,
+            time_limit=_request_timeout(params),
         )
-
-    def _query_timeout(self, params: _Params) -> float:
-        """The configured timeout, lowered by the request's ``timeout`` parameter; an empty
-        one is absent, as Prometheus takes it (prometheus-adapter sends ``timeout=`` whenever
-        its own deadline has passed: Go prints a negative duration as "")."""
-        if not params.has("timeout") or not params.one("timeout"):
-            return self._timeout
-        return min(self._timeout, parse_duration(params.one("timeout"), "timeout"))
-
-    async def _evaluate(
-        self,
-        prepare: Callable[[Queryable, float], Prepared],
-        allowed: float,
-        answer: Callable[[Prepared], Any],
-        identity: str,
-    ) -> Any:
-        """Wait for a slot, then plan, read, evaluate and shape the answer in a worker thread;
-        its reads are made on the loop, in slices (:mod:`collector.promql.onloop`).
-
-        The slot is held until the thread is done, even if the client goes
-        away (the query is then canceled at its next check); so is the
-        query's place among its ``identity``'s, of which it may have
-        ``max_concurrency_per_identity`` (:class:`Unavailable` past them).
-        """
-        began = time.monotonic()
-        held = self._queries.get(identity, 0)
-        if held >= self._per_identity:
-            raise Unavailable(
-                f"too many queries of this reader at once (at most {self._per_identity}); retry"
-            )
-        self._queries[identity] = held + 1
-        try:
-            if allowed <= 0:
-                raise TimeoutError
-            async with asyncio.timeout(allowed):  # 3.11 wait_for can swallow a cancel
-                await self._slots.acquire()
-        except TimeoutError:
-            self._leave(identity)
-            raise QueryError("timeout", "query timed out in query queue") from None
-        except BaseException:  # canceled while waiting
-            self._leave(identity)
-            raise
-        self.evaluating += 1
-        self.idle.clear()
-        self.busy.set()
-        remaining = max(0.0, allowed - (time.monotonic() - began))
-        reader = LoopReader(self._history, asyncio.get_running_loop())
-        made: list[Prepared] = []
-
-        def run() -> Any:
-            prepared = prepare(reader, remaining)
-            made.append(prepared)
-            if reader.canceled:  # canceled after its last read: the canceller may not see it
-                prepared.cancel()
-            return answer(prepared)
-
-        work = asyncio.ensure_future(asyncio.to_thread(run))
-        work.add_done_callback(lambda done: self._finished(done, identity))
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:
-            reader.cancel()
-            for prepared in made:
-                prepared.cancel()
-            raise
-
-    def _finished(self, work: asyncio.Future[Any], identity: str) -> None:
-        """A query's thread is done: free its slot (its outcome went to the request, if any)."""
-        self._release()
-        self._leave(identity)
-        if not work.cancelled():
-            work.exception()  # retrieved here too, for a request that went away
-
-    def _leave(self, identity: str) -> None:
-        """One query of ``identity`` less."""
-        left = self._queries.pop(identity) - 1
-        if left:
-            self._queries[identity] = left
-
-    def _release(self) -> None:
-        self.evaluating -= 1
-        if not self.evaluating:
-            self.busy.clear()
-            self.idle.set()
-        self._slots.release()
 
     async def series(self, params: _Params) -> Any:
         """The label sets of the series that match any ``match[]`` in the window."""
@@ -435,12 +292,12 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
             return _error(exc.error_type, str(exc), 415)
         try:
             data = await handler(_Params(request, form))
-        except QueryError as exc:
-            return _error(exc.error_type, str(exc))
         except Unavailable as exc:
             response = _error("unavailable", str(exc))
             response.headers["Retry-After"] = "1"
             return response
+        except QueryError as exc:
+            return _error(exc.error_type, str(exc))
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return _error("internal", "internal error, see the collector's log")
@@ -504,6 +361,15 @@ def _restricted(selectors: list[tuple[Matcher, ...]], access: Access) -> list[tu
         return selectors or [()]
     matcher = tenant_matcher(access.namespaces)
     return [(*matchers, matcher) for matchers in selectors] or [(matcher,)]
+
+
+def _request_timeout(params: _Params) -> float | None:
+    """The request's ``timeout`` parameter (the engine keeps the lower of it and its own); an
+    empty one is absent, as Prometheus takes it (prometheus-adapter sends ``timeout=`` whenever
+    its own deadline has passed: Go prints a negative duration as "")."""
+    if not params.has("timeout") or not params.one("timeout"):
+        return None
+    return parse_duration(params.one("timeout"), "timeout")
 
 
 def _positive(text: str, name: str) -> int:

@@ -16,7 +16,6 @@ they give the same numbers (tests/test_chargeback.py checks it).
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import math
@@ -28,10 +27,9 @@ from typing import cast
 from aiohttp import web
 from multidict import MultiMapping
 
-from collector.promql.onloop import LoopReader
-from collector.promql.query import MAX_POINTS_PER_SERIES, prepare_range
+from collector.promql.engine import Engine, Queries
+from collector.promql.query import MAX_POINTS_PER_SERIES
 from collector.promql.values import QueryError, RangeSeries
-from collector.tsdb.history import History
 from collector.web.access import access_of
 from collector.web.promapi import parse_time
 from collector.web.rest.endpoints import USAGE
@@ -73,18 +71,14 @@ class Chargeback:
 
     def __init__(
         self,
-        history: History,
+        engine: Engine,
+        retention: float,
         interval: float,
-        lookback: float = 300.0,
-        timeout: float = 120.0,
-        max_samples: int = 50_000_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._history = history
+        self._engine = engine
+        self._retention = retention
         self._interval = interval
-        self._lookback = lookback
-        self._timeout = timeout
-        self._max_samples = max_samples
         self._clock = clock
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -98,7 +92,8 @@ class Chargeback:
         if fmt not in ("json", "csv"):
             raise _bad(f"query parameter 'format' must be json or csv, not {fmt[:40]!r}")
         window = self.window(query.get("start"), query.get("end"))
-        report = await self.report(by, window, access_of(request).namespaces)
+        access = access_of(request)
+        report = await self.report(by, window, access.identity, access.namespaces)
         if fmt == "csv":
             return web.Response(text=to_csv(report), content_type="text/csv")
         return web.Response(text=report.model_dump_json(), content_type="application/json")
@@ -107,48 +102,42 @@ class Chargeback:
         """The aligned steps of a requested window, cut to what the history may hold."""
         now = self._clock()
         end = _time(end_text, "end") if end_text else now
-        start = _time(start_text, "start") if start_text else end - self._history.retention
+        start = _time(start_text, "start") if start_text else end - self._retention
         if not start < end:
             raise _bad("query parameter 'start' must be before 'end'")
-        held_from = max(start, now - self._history.retention)
+        held_from = max(start, now - self._retention)
         step = max(self._interval, (end - held_from) / MAX_POINTS_PER_SERIES)
         last = math.floor(min(end, now) / step) * step
         first = (math.floor(held_from / step) + 1) * step
         return Window(first, max(first, last), step, (start, end))
 
     async def report(
-        self, by: str, window: Window, namespaces: frozenset[str] | None = None
+        self, by: str, window: Window, identity: str, namespaces: frozenset[str] | None = None
     ) -> UsageReport:
-        """Every measure per group over ``window``, planned and evaluated in a worker thread
-        (its reads made on the loop, in slices: :mod:`collector.promql.onloop`); a tenant's
-        ``namespaces`` restrict every selector, as its queries are."""
+        """Every measure per group over ``window``, all in one work of the engine for
+        ``identity``; a tenant's ``namespaces`` restrict every selector, as its queries are."""
         labels = GROUPS[by]
-        reader = LoopReader(self._history, asyncio.get_running_loop())
 
-        def measure(expr: str) -> list[RangeSeries]:
-            prepared = prepare_range(
-                expr.format(by=", ".join(labels)),
-                window.first,
-                window.last,
-                window.step,
-                reader,
-                self._lookback,
-                self._timeout,
-                self._max_samples,
-                namespaces,
-            )
-            return cast(list[RangeSeries], prepared.run())  # range: a Matrix
+        def measure(queries: Queries) -> list[list[RangeSeries]]:
+            return [
+                cast(
+                    list[RangeSeries],  # range: a Matrix
+                    queries.range(
+                        expr.format(by=", ".join(labels)), window.first, window.last, window.step
+                    ).run(),
+                )
+                for expr in MEASURES.values()
+            ]
 
         try:
-            results = await asyncio.to_thread(lambda: [measure(e) for e in MEASURES.values()])
-        except asyncio.CancelledError:
-            reader.cancel()  # the client went away: the thread reads no more
-            raise
+            results = await self._engine.run(measure, identity=identity, namespaces=namespaces)
         except QueryError as exc:
             # Prometheus' answers to the same limits: 503 past --query-timeout,
             # 422 past --query-max-samples.
             if exc.error_type in ("timeout", "canceled"):
                 raise ApiError(503, "timeout", f"the report took too long: {exc}") from None
+            if exc.error_type == "unavailable":
+                raise ApiError(429, "unavailable", str(exc)) from None
             raise ApiError(
                 422, "too_many_samples", f"the report cannot be computed: {exc}"
             ) from None

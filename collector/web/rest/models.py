@@ -247,7 +247,9 @@ class ApiError(Exception):
     def __init__(
         self,
         status: int,
-        error: Literal["not_found", "bad_request", "too_many_samples", "timeout", "forbidden"],
+        error: Literal[
+            "not_found", "bad_request", "too_many_samples", "timeout", "forbidden", "unavailable"
+        ],
         message: str,
     ):
         super().__init__(message)

@@ -36,6 +36,8 @@ WINDOWS = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": 
 """``?window=`` values: the seconds back from now (None: all the history holds)."""
 KEPT_REPORTS = 32
 """Reports kept at most (one per window and reader's namespaces), the least recent dropped."""
+WORKS = "namespaces page"
+"""The engine's identity of this page's reports, which readers of the same namespaces share."""
 
 PAGE = template("""
 <p>GPU memory and cores allocated and used per namespace from {{ clock(report.start) }} to
@@ -181,7 +183,7 @@ class Reports:
         back, namespaces = key
         start = None if back is None else repr(time.time() - back)
         steps = self._chargeback.window(start, None)
-        report = await self._chargeback.report("namespace", steps, namespaces)
+        report = await self._chargeback.report("namespace", steps, WORKS, namespaces)
         self._kept[key] = (time.monotonic() + steps.step, report)
         self._kept.move_to_end(key)
         while len(self._kept) > KEPT_REPORTS:

@@ -12,8 +12,8 @@ A reader's page that comes in the step after the last one kept records that
 point of now as the step's (a page refreshing every interval never queries);
 one that finds whole steps missing (its first, or after a pause) starts a
 top-up in the background, at most once an interval: a range query over the
-steps not charted yet, through the same engine and on-loop reads as
-``/prometheus`` (:mod:`collector.promql.onloop`). Why not a query every
+steps not charted yet, through the collector's one engine and its limits, as
+``/prometheus``'s queries (:mod:`collector.promql.engine`). Why not a query every
 step: at 5,000 nodes one step's three sums took 0.9-1.9 s of CPU every 30 s,
 and a view served meanwhile took up to three times its time. A request never
 waits for a top-up, but the very first one of a reader waits
@@ -34,10 +34,8 @@ from typing import cast
 from aiohttp import web
 
 from collector import schema
-from collector.promql.onloop import LoopReader
-from collector.promql.query import prepare_range
+from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
-from collector.tsdb.history import History
 from collector.web.ui.charts import Series
 
 log = logging.getLogger(__name__)
@@ -50,6 +48,8 @@ FIRST_WAIT = 0.05
 """Seconds a reader's first request waits for its first top-up."""
 READERS = 64
 """Readers (the cluster, tenants' namespace sets) whose series are kept at most."""
+WORKS = "overview chart"
+"""The engine's identity of the top-ups, which readers of the same namespaces share."""
 
 CLUSTER: Mapping[str, str] = {
     "memory used": "sum(hami_host_gpu_memory_used_bytes)",
@@ -85,19 +85,13 @@ class Trend:
 
     def __init__(
         self,
-        history: History,
+        engine: Engine,
         interval: float,
-        lookback: float = 300.0,
-        timeout: float = 120.0,
-        max_samples: int = 50_000_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._history = history
+        self._engine = engine
         self._interval = interval
         self._step = max(interval, SPAN / POINTS)
-        self._lookback = lookback
-        self._timeout = timeout
-        self._max_samples = max_samples
         self._clock = clock
         self._kept: dict[frozenset[str] | None, _Kept] = {}
 
@@ -180,30 +174,18 @@ class Trend:
     async def _query(
         self, namespaces: frozenset[str] | None, first: float, last: float
     ) -> dict[str, list[tuple[float, float]]]:
-        """Each measure's points from step ``first`` to step ``last``, in a worker thread."""
-        reader = LoopReader(self._history, asyncio.get_running_loop())
+        """Each measure's points from step ``first`` to step ``last``, in one work of the engine."""
         chosen = measures(namespaces)
 
-        def run(expr: str) -> list[tuple[float, float]]:
-            prepared = prepare_range(
-                expr,
-                first,
-                last,
-                self._step,
-                reader,
-                self._lookback,
-                self._timeout,
-                self._max_samples,
-                namespaces,
-            )
-            answer = cast(list[RangeSeries], prepared.run())  # a sum: one series or none
-            return [(t, v) for one in answer for t, v in one.points if math.isfinite(v)]
+        def run(queries: Queries) -> dict[str, list[tuple[float, float]]]:
+            found = {}
+            for name, expr in chosen.items():
+                answer = cast(list[RangeSeries], queries.range(expr, first, last, self._step).run())
+                # a sum: one series or none
+                found[name] = [(t, v) for one in answer for t, v in one.points if math.isfinite(v)]
+            return found
 
-        try:
-            return await asyncio.to_thread(lambda: {n: run(e) for n, e in chosen.items()})
-        except asyncio.CancelledError:
-            reader.cancel()
-            raise
+        return await self._engine.run(run, identity=WORKS, namespaces=namespaces)
 
 
 def _drop_before(kept: _Kept, oldest: float) -> None:

@@ -25,10 +25,9 @@ from typing import Any, cast
 from aiohttp import web
 
 from collector import schema
-from collector.promql.query import prepare_range
+from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
 from collector.store import Store
-from collector.tsdb.history import History
 from collector.web.access import Access, access_of
 from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
@@ -148,26 +147,26 @@ _READING_INDEX = {name: at for at, name in enumerate(ContainerReading._fields)}
 
 
 class WorkloadViews:
-    """The two workload views, over the REST API's node cache; ``history`` and ``lookback``
-    are the PromQL engine's, ``idle_after`` the seconds without a kernel that make a
-    vGPU idle (chargeback's)."""
+    """The two workload views, over the REST API's node cache; a pod's charts are queries
+    of the collector's one ``engine`` over the ``retention`` its history holds;
+    ``idle_after`` is the seconds without a kernel that make a vGPU idle (chargeback's)."""
 
     def __init__(
         self,
         store_key: web.AppKey[Store],
         nodes: NodeCache,
         kinds: Kinds,
-        history: History,
+        engine: Engine,
+        retention: float,
         interval: float,
-        lookback: float,
         idle_after: float,
     ) -> None:
         self._store_key = store_key
         self._nodes = nodes
         self._kinds = kinds
-        self._history = history
+        self._engine = engine
+        self._retention = retention
         self._interval = interval
-        self._lookback = lookback
         self._idle_after = idle_after
         self._runs = Runs()
         self._counts = Counts()
@@ -238,7 +237,8 @@ class WorkloadViews:
             raise missing
         rows = [self._workload(p, c) for p, c in found]
         nodes = sorted({p.usage.node for p, _ in found})
-        charts_of = self._charts(namespace, pod, nodes, [w.row.container for w in rows])
+        containers = [w.row.container for w in rows]
+        charts_of = await self._charts(access_of(request), namespace, pod, nodes, containers)
         selector = f"{matcher('namespace', namespace)},{matcher('pod', pod)}"
         body = render(
             DETAIL,
@@ -264,34 +264,45 @@ class WorkloadViews:
         idle = reading.idle_seconds is not None and reading.idle_seconds > self._idle_after
         return Workload(container_row(usage.node, reading), self._kinds.label(usage, key), idle)
 
-    def _charts(
-        self, namespace: str, pod: str, nodes: Sequence[str], containers: Sequence[str]
+    async def _charts(
+        self,
+        access: Access,
+        namespace: str,
+        pod: str,
+        nodes: Sequence[str],
+        containers: Sequence[str],
     ) -> list[Charts]:
         # the last step is now, so a pod's newest readings are its charts' last points
         end = time.time()
-        seconds = min(CHART_SECONDS, self._history.retention)
+        seconds = min(CHART_SECONDS, self._retention)
         step = max(self._interval, seconds / CHART_POINTS)
         start = end - math.floor(seconds / step - 1) * step
 
-        found: list[RangeSeries] = []
-        for node in nodes:
-            # One query for both families; the node's equality matcher rules every other
-            # node out first (a name regex is not an equality).
-            selector = ",".join(
-                (
-                    f'__name__=~"{MEMORY}|{UTILISATION}"',
-                    matcher("node", node),
-                    matcher("namespace", namespace),
-                    matcher("pod", pod),
+        def read(queries: Queries) -> list[RangeSeries]:
+            found: list[RangeSeries] = []
+            for node in nodes:
+                # One query for both families; the node's equality matcher rules every other
+                # node out first (a name regex is not an equality).
+                selector = ",".join(
+                    (
+                        f'__name__=~"{MEMORY}|{UTILISATION}"',
+                        matcher("node", node),
+                        matcher("namespace", namespace),
+                        matcher("pod", pod),
+                    )
                 )
+                found += cast(
+                    list[RangeSeries], queries.range(f"{{{selector}}}", start, end, step).run()
+                )
+            return found
+
+        try:
+            found = await self._engine.run(
+                read, identity=access.identity, namespaces=access.namespaces
             )
-            try:
-                prepared = prepare_range(
-                    f"{{{selector}}}", start, end, step, self._history, self._lookback
-                )
-                found += cast(list[RangeSeries], prepared.run())
-            except QueryError as exc:
-                raise ViewError(503, f"the pod's history cannot be read: {exc}") from None
+        except QueryError as exc:
+            status = 429 if exc.error_type == "unavailable" else 503
+            raise ViewError(status, f"the pod's history cannot be read: {exc}") from None
         memory = [s for s in found if s.labels.get("__name__") == MEMORY]
         utilisation = [s for s in found if s.labels.get("__name__") == UTILISATION]
         out = []
