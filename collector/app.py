@@ -50,6 +50,7 @@ from collector.web import health
 from collector.web.errors import HANDLER_ARGS, envelope_errors
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
+from collector.web.promjson import matrix_body
 from collector.web.readauth import (
     BasicReads,
     KubernetesReads,
@@ -141,6 +142,7 @@ def build_app(
     app.cleanup_ctx.append(_scraping)
     app.cleanup_ctx.append(_sources(pods))
     app.cleanup_ctx.append(_housekeeping)
+    app.cleanup_ctx.append(_warming)
     app.router.add_get("/metrics", page.handle)
     engine = app[ENGINE] = Engine(store.history, settings.engine_limits())
     app.router.add_routes(PrometheusAPI(store, engine).routes())
@@ -246,6 +248,21 @@ def remote_config(settings: CollectorSettings) -> RemoteConfig:
     )
 
 
+async def _warming(app: web.Application) -> AsyncIterator[None]:
+    """Compile the query engine's loops in the background while the rest starts: ``/readyz``
+    answers ready only once they are, so no first query after a start waits for them."""
+    engine, metrics = app[ENGINE], app[METRICS]
+
+    async def warm() -> None:
+        seconds = await engine.warm(matrix_body)
+        metrics.warmed(seconds)
+        log.info("compiled the query engine's loops in %.1f s", seconds)
+
+    task = app[TASKS].start("warm-up", warm, once=True)
+    yield
+    await app[TASKS].stop([task])
+
+
 def _ready(app: web.Application) -> str | None:
     """What the app still waits for before it is ready, or None."""
     for what, done in app[SYNCED]:
@@ -256,6 +273,8 @@ def _ready(app: web.Application) -> str | None:
     scraper = app.get(SCRAPER)
     if scraper is not None and not scraper.tried_all():
         return "some targets were never scraped"
+    if not app[ENGINE].warmed.is_set():
+        return "the query engine is compiling its loops"
     return None
 
 

@@ -23,6 +23,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from collector import __version__, labelsets
 from collector.allocation import REASONS
 from collector.batch import Batch, Source
+from collector.compiled import specialisations
 from collector.exposition.render import format_value, render_header
 from collector.schema import Flavour
 from collector.store import Store
@@ -134,6 +135,11 @@ class SelfMetrics:
         )
         for reason in REASONS:  # every reason at 0 from the start, so rate() sees the first
             self.allocation_errors.labels(reason)
+        self.warmup = Gauge(
+            _PREFIX + "warmup_seconds",
+            "Seconds the query engine took after start to compile its loops (0 until done).",
+            registry=r,
+        )
         info = Gauge(
             _PREFIX + "build_info",
             "Build of this collector.",
@@ -145,6 +151,7 @@ class SelfMetrics:
             self.targets.labels(flavour).set(0)
         r.register(_StoreCollector(store))
         r.register(_TaskCollector())
+        r.register(_CompiledCollector())
 
     @_records
     def scraped(self, source: Source, duration: float, batch: Batch, wall: float) -> None:
@@ -185,6 +192,11 @@ class SelfMetrics:
     def push_refused(self, reason: str) -> None:
         """Record a refused push."""
         self.refused.labels(reason).inc()
+
+    @_records
+    def warmed(self, seconds: float) -> None:
+        """Record how long the query engine's warm-up took."""
+        self.warmup.set(seconds)
 
     @_records
     def read_refused(self, reason: str) -> None:
@@ -463,6 +475,18 @@ class SelfHistory:
             if turn % _NODES_PER_TURN == 0:
                 await asyncio.sleep(0)
         self._nodes = set(by_node)
+
+
+class _CompiledCollector:
+    """The compiled loops' compilations at render time: one that grows after the warm-up
+    means a query paid for a compilation (the warm-up missed its argument types)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            _PREFIX + "compiled_loops",
+            "Compilations of the query engine's compiled loops in this process.",
+            value=specialisations(),
+        )
 
 
 class _TaskCollector:

@@ -7,7 +7,8 @@ one block. A crash is logged at once with its traceback. A task that must live
 is started again after a backoff (exponential, with jitter, reset by a healthy
 run), and every restart is counted; one that crashes past the policy's limit,
 or ends while it should run until shutdown, is dead, and :meth:`Supervisor.dead`
-names it for the health check.
+names it for the health check. A task started ``once`` has a job with an end (a
+warm-up): it ends when its job is done, and is restarted only if it crashes.
 
 A module of its own in ``core`` so that both programs use it; it imports
 neither of them.
@@ -66,6 +67,7 @@ class Supervised:
         restart: bool,
         policy: RestartPolicy,
         restarted: Callable[[str], None],
+        once: bool = False,
     ) -> None:
         self.kind = kind
         self.name = name
@@ -73,6 +75,7 @@ class Supervised:
         self.dead = False
         self._run = run
         self._restart = restart
+        self._once = once
         self._policy = policy
         self._restarted = restarted
         self._task = asyncio.create_task(self._guard(), name=name)
@@ -89,6 +92,8 @@ class Supervised:
                 then = "giving up" if delay is None else f"restarting in {duration(delay)}"
                 log.error("task %r crashed; %s", self.name, then, exc_info=True)
             else:
+                if self._once:
+                    return
                 log.error("task %r ended, but it should run until shutdown", self.name)
                 delay = None
             if delay is None:
@@ -138,13 +143,17 @@ class Supervisor:
         run: Callable[[], Awaitable[None]],
         name: str | None = None,
         restart: bool = True,
+        once: bool = False,
     ) -> Supervised:
         """Start ``run()`` as a task; with ``restart``, start it again each time it crashes.
 
         ``kind`` says what the task is (the restart counter's label); ``name``,
         which defaults to it, tells one task of that kind from another in logs.
+        ``once``: the task ends when its job is done, and that is no failure.
         """
-        task = Supervised(kind, name or kind, run, restart, self._policy, self._restarted)
+        task = Supervised(
+            kind, name or kind, run, restart, self._policy, self._restarted, once=once
+        )
         self._tasks[task] = None
         return task
 

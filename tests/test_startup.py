@@ -9,13 +9,17 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from helpers import eventually, reserved_port, running_collector
 
+from collector.app import METRICS
+from collector.promql import warmup
 from collector.settings import CollectorSettings
 
 
@@ -155,6 +159,38 @@ async def test_readyz_says_why_discovery_waits(tmp_path: Path) -> None:
             await eventually(explained, what="/readyz to name the discovery error")
     assert text.startswith("not ready: discovery has not synced: ")
     assert "pods" in text
+
+
+async def test_readyz_waits_for_the_query_engine_s_compiled_loops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    compile_all = warmup.warm
+
+    def held(*args: Any) -> float:
+        assert release.wait(60), "the test never released the warm-up"
+        return compile_all(*args)
+
+    monkeypatch.setattr(warmup, "warm", held)
+    async with (
+        running_collector(kubernetes=False, push_auth="none") as (url, app),
+        aiohttp.ClientSession(url) as session,
+    ):
+        async with session.get("/readyz") as resp:
+            assert (resp.status, await resp.text()) == (
+                503,
+                "not ready: the query engine is compiling its loops\n",
+            )
+        async with session.get("/healthz") as resp:
+            assert resp.status == 200  # alive meanwhile: a liveness probe must not kill it
+        release.set()
+
+        async def ready() -> bool:
+            async with session.get("/readyz") as resp:
+                return resp.status == 200
+
+        await eventually(ready, 60, "ready once the loops are compiled")
+        assert app[METRICS].warmup.collect()[0].samples[0].value > 0
 
 
 _KUBECONFIG = """

@@ -199,6 +199,27 @@ async def test_a_task_that_must_not_end_and_ends_is_dead_at_once(
         assert any("should run until shutdown" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_task_started_once_ends_when_done_and_comes_back_only_after_a_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = 0
+    done = asyncio.Event()
+
+    async def job() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise Injected("boom")
+        done.set()
+
+    async with Supervisor(policy=QUICK) as tasks:
+        task = tasks.start("warm-up", job, once=True)
+        await eventually(lambda: holds(done.is_set()), 5, "the job done")
+        await task.wait()
+        assert (runs, task.restarts, task.dead, tasks.dead()) == (2, 1, False, [])
+        assert not any("should run until shutdown" in r.getMessage() for r in caplog.records)
+
+
 def test_the_backoff_doubles_with_jitter_up_to_its_cap() -> None:
     policy = RestartPolicy()
     for crashes_in_a_row in range(1, 16):

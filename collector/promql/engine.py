@@ -15,7 +15,10 @@ hand their queries to one :class:`Engine`, so each one gets the same:
   them; a request that goes away cancels its queries at their next check;
 - **busy and idle**: events set while some work holds a slot or none does; the
   memory policy (``core/malloc.py``) and the heap's sweeps (``core/heap.py``)
-  follow them.
+  follow them;
+- **no cold start**: :meth:`Engine.warm` compiles every compiled loop
+  (:mod:`.warmup`) before the collector says it is ready, so a first query
+  after a start is as fast as the next.
 
 A *work* is a function of :class:`Queries`, run in the worker thread: it plans
 one or more queries through it and shapes its answer there too, so nothing of
@@ -25,6 +28,7 @@ a query's size is touched on the loop.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +36,10 @@ from typing import Any, TypeVar
 
 from collector.tsdb.series import Queryable
 
+from . import warmup
 from .onloop import LoopReader
 from .query import Prepared, prepare_instant, prepare_range
-from .values import QueryError
+from .values import MatrixColumns, QueryError
 
 T = TypeVar("T")
 
@@ -145,6 +150,20 @@ class Engine:
         self.idle.set()
         self.busy = asyncio.Event()
         """Set while a work holds a slot (the memory policy follows it: core/malloc.py)."""
+        self.warmed = asyncio.Event()
+        """Set once :meth:`warm` has compiled the loops: the collector is ready only then."""
+
+    async def warm(self, body: Callable[[MatrixColumns], object]) -> float:
+        """Compile every compiled loop in a worker thread (:func:`.warmup.warm`; ``body``
+        shapes its range answers as the API does), then set :attr:`warmed`. Seconds it took."""
+        stop = threading.Event()
+        try:
+            seconds = await asyncio.shield(asyncio.to_thread(warmup.warm, body, stop))
+        except asyncio.CancelledError:
+            stop.set()  # the thread ends after the query under way
+            raise
+        self.warmed.set()
+        return seconds
 
     async def run(
         self,
