@@ -99,12 +99,19 @@ def build(folder: Path) -> Path:
     when it is not on PATH, and RuntimeError with the compiler's output when
     the compile fails.
     """
+    return compile_library(SOURCE, folder / LIBRARY)
+
+
+def compile_library(source: Path, out: Path) -> Path:
+    """Compile one C file into the shared library ``out`` (its folder made); ``out``.
+
+    Raises as :func:`build` says; :mod:`testing.fakecuda` builds with it too.
+    """
     compiler = os.environ.get("CC") or "cc"
     if shutil.which(compiler) is None:
         raise CompilerNotFound(f"C compiler {compiler!r} not found on PATH: set CC or install gcc")
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / LIBRARY
-    command = [compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(SOURCE)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(source)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")

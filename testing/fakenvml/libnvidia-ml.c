@@ -43,6 +43,13 @@
  * what the binding allocates (c_nvmlProcessInfo_v3_t = c_nvmlProcessInfo_v2_t).
  * The fake writes the 24-byte layout.
  *
+ * One test hook, not NVML: with FAKENVML_WORKLOAD naming a file, card 0 also
+ * runs the process that file describes ("pid bytes launches last_launch_us",
+ * kept by testing/fakecuda's libcuda for agent.gpucheck --cuda) while it
+ * exists: one more compute process of that many bytes, one per-process
+ * utilisation sample of it (smUtil 100) stamped at its last launch, and 1 J
+ * more energy per launch. Without the variable nothing changes.
+ *
  * Deliberately NOT exported: nvmlDeviceGetTemperatureV (so the binding raises
  * NVMLError_FunctionNotFound, as with a pre-R565 driver, and a caller must
  * survive it), and everything not listed here. Anything exported but not
@@ -50,6 +57,7 @@
  */
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -311,6 +319,25 @@ size_t fakenvml_sizeof(const char *name) {
     return 0;
 }
 
+/* The test hook (see the top): the workload on card 0, if any. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long bytes, launches, last_launch_us;
+} Workload;
+
+static int workload(nvmlDevice_t d, Workload *w) {
+    const char *path = getenv("FAKENVML_WORKLOAD");
+    if (d != &CARD0 || path == NULL)
+        return 0;
+    FILE *file = fopen(path, "r");
+    if (file == NULL)
+        return 0;
+    int read = fscanf(file, "%u %llu %llu %llu", &w->pid, &w->bytes, &w->launches,
+                      &w->last_launch_us);
+    fclose(file);
+    return read == 4;
+}
+
 /* ---- init, errors, system ----------------------------------------------------- */
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
@@ -452,7 +479,8 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long l
     CHECK_DEVICE(d, energy);
     if (!d->has_energy)
         return NVML_ERROR_NOT_SUPPORTED;
-    *energy = d->energy_mj;
+    Workload w;
+    *energy = d->energy_mj + (workload(d, &w) ? w.launches * 1000ull : 0);
     return NVML_SUCCESS;
 }
 
@@ -505,7 +533,13 @@ static nvmlReturn_t list_processes(const Process *list, unsigned int n, unsigned
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
     CHECK_DEVICE(d, count);
-    return list_processes(d->compute, d->n_compute, count, infos);
+    Workload w;
+    if (!workload(d, &w))
+        return list_processes(d->compute, d->n_compute, count, infos);
+    Process with[sizeof CARD0_COMPUTE / sizeof *CARD0_COMPUTE + 1];
+    memcpy(with, d->compute, d->n_compute * sizeof *with);
+    with[d->n_compute] = (Process){w.pid, w.bytes, NO_INSTANCE, NO_INSTANCE};
+    return list_processes(with, d->n_compute + 1, count, infos);
 }
 
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
@@ -523,7 +557,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
     CHECK_DEVICE(d, processSamplesCount);
     if (d->samples == NULL)
         return NVML_ERROR_NOT_SUPPORTED;
-    unsigned int newer = 0;
+    Workload w;
+    int busy = workload(d, &w) && w.launches > 0 && w.last_launch_us > lastSeenTimeStamp;
+    unsigned int newer = (unsigned int)busy;
     for (unsigned int i = 0; i < d->n_samples; i++)
         if (init_time_us - d->samples[i].before_init_us > lastSeenTimeStamp)
             newer++;
@@ -549,6 +585,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
         utilization[k].decUtil = s->dec;
         k++;
     }
+    if (busy)
+        utilization[k++] = (nvmlProcessUtilizationSample_t){w.pid, w.last_launch_us, 100, 0, 0, 0};
     *processSamplesCount = k;
     return NVML_SUCCESS;
 }
