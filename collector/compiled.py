@@ -18,6 +18,7 @@ the variable nothing is written: the chart's root filesystem is read-only.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -41,8 +42,9 @@ def _cache_folder(base: str) -> str:
     return str(Path(base) / f"collector-{numba.__version__}-{digest.hexdigest()[:16]}")
 
 
-numba.config.CACHE_DIR = _cache_folder(numba.config.CACHE_DIR)
-_njit = numba.njit(nogil=True, error_model="numpy", cache=bool(numba.config.CACHE_DIR))
+_CACHE = _cache_folder(os.environ.get("NUMBA_CACHE_DIR", ""))
+numba.config.CACHE_DIR = _CACHE  # type: ignore[attr-defined]  # the stubs lack numba's settings
+_njit = numba.njit(nogil=True, error_model="numpy", cache=bool(_CACHE))
 LOOPS: list[Any] = []
 """Every loop made by :func:`compiled`, in the order their modules were imported."""
 
