@@ -17,7 +17,7 @@ from typing import get_args
 
 import aiohttp
 import pytest
-from helpers import running_collector
+from helpers import running_collector, until_ready
 
 from collector.web.errors import error_response
 from collector.web.rest.models import Error
@@ -83,6 +83,7 @@ async def collector(tmp_path: Path) -> AsyncIterator[str]:
         url,
         _,
     ):
+        await until_ready(url)  # then /readyz answers 200 too, whatever the headers
         yield url
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from helpers import eventually, real_prometheus, running_collector
+from helpers import eventually, real_prometheus, running_collector, until_ready
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.app import STORE
@@ -146,8 +146,9 @@ async def test_http_negotiation() -> None:
             assert gzip.decompress(await resp.read()).endswith(b"# EOF\n")
         async with http.get(f"{base}/healthz") as resp:
             assert resp.status == 200
+        await until_ready(base, 60)  # nothing to discover, nothing to scrape: once compiled
         async with http.get(f"{base}/readyz") as resp:
-            assert resp.status == 200, "nothing to discover and nothing to scrape: ready"
+            assert resp.status == 200
 
 
 def gzip_members(body: bytes) -> list[bytes]:

@@ -157,10 +157,12 @@ class Engine:
         """Compile every compiled loop in a worker thread (:func:`.warmup.warm`; ``body``
         shapes its range answers as the API does), then set :attr:`warmed`. Seconds it took."""
         stop = threading.Event()
+        compiling = asyncio.ensure_future(asyncio.to_thread(warmup.warm, body, stop))
         try:
-            seconds = await asyncio.shield(asyncio.to_thread(warmup.warm, body, stop))
+            seconds = await asyncio.shield(compiling)
         except asyncio.CancelledError:
-            stop.set()  # the thread ends after the query under way
+            stop.set()
+            await asyncio.wait([compiling])  # it ends after the query under way
             raise
         self.warmed.set()
         return seconds
