@@ -894,6 +894,35 @@ def test_notes_print_the_urls() -> None:
     assert "does not serve" in notes("--set", "monitor.enabled=true")
 
 
+def test_notes_give_the_route_to_the_pages_and_the_pod_security_label() -> None:
+    text = notes()
+    route = [
+        f"kubectl -n {NAMESPACE} port-forward svc/{FULLNAME} 9396:9396",
+        "kubectl -n monitoring create token prometheus-k8s",
+        "open http://localhost:9396/login and paste the token",
+    ]
+    lines = [line.strip() for line in text.splitlines()]
+    starts = [next(i for i, line in enumerate(lines) if step in line) for step in route]
+    assert starts == sorted(starts)
+    assert starts[-1] - starts[0] == 2, "three commands in a row"
+    assert f"--clusterrole={CLUSTER_READER}" in text
+    assert (
+        f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in text
+    )
+    assert '"restricted"' in text
+    # no cluster reader to borrow a token from, no RBAC: say what a reader needs
+    bare = notes("--set-json", "readAuth.clusterReaders=[]", "--set", "rbac.create=false")
+    assert "create token <service account" in bare
+    assert "nonResourceURLs" in bare
+    assert "--clusterrole" not in bare
+    alone = notes("-f", CHART / "ci" / "agent-off-values.yaml", "--set", "readAuth.mode=none")
+    assert "pod-security.kubernetes.io/enforce=restricted" in alone
+    assert "open http://localhost:9396/ " in alone
+    assert "/login" not in alone
+    tls = notes(*TLS)
+    assert "open https://localhost:9396/login" in tls
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
