@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HELM = ROOT / ".tools" / "helm" / "helm"
 CHART = ROOT / "charts" / "hami-usage-collector"
 CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+APP_VERSION: str = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 RELEASE = "huc"
 NAMESPACE = "gpu-monitoring"
 FULLNAME = f"{RELEASE}-hami-usage-collector"
@@ -346,17 +347,18 @@ def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
 
 
 def test_every_container_is_locked_down(rendered: dict[str, list[Doc]]) -> None:
+    # Who runs as whom, and what the kubelet and Pod Security Admission make of it:
+    # tests/test_pod_security.py.
     for name, docs in rendered.items():
         for workload in collectors(docs) + find(docs, "DaemonSet"):
             pod = workload["spec"]["template"]["spec"]
             where = f"{name}: {workload['kind']}"
-            assert pod["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["securityContext"]["runAsUser"] == 65532, where
             assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
             assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
             assert not pod.get("initContainers"), where
             for c in pod["containers"]:
                 sc = c["securityContext"]
-                assert sc["runAsNonRoot"] is True, where
                 assert sc["readOnlyRootFilesystem"] is True, where
                 assert sc["allowPrivilegeEscalation"] is False, where
                 assert sc["capabilities"] == {"drop": ["ALL"]}, where
@@ -372,9 +374,16 @@ def test_collector_deployment_and_service(rendered: dict[str, list[Doc]]) -> Non
     c = container(deployment)
     assert c["command"] == ["hami-collector"]
     assert c["args"] == ["serve"]
+    assert c["image"] == f"hami-usage-collector:{APP_VERSION}"
     assert c["ports"] == [{"name": "http", "containerPort": 9396, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    # /readyz fails while the query loops compile (up to ~30 s on a slow node): only the
+    # readiness probe reads it, no startupProbe, and liveness (/healthz, up at once)
+    # gives a minute before a restart.
+    assert "startupProbe" not in c
+    live = c["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 60
     service = one(docs, "Service", FULLNAME)
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [
@@ -421,8 +430,10 @@ def test_agent_daemonset(rendered: dict[str, list[Doc]]) -> None:
     assert at["/proc"] == agent_env["HAMI_AGENT_HOST_PROC"] == "/host/proc"
     socket = Path(agent_env["HAMI_AGENT_POD_RESOURCES_SOCKET"])
     assert str(socket.parent) == at["/var/lib/kubelet/pod-resources"]
-    # the kubelet's socket is root's: user 0, but no capability and nothing writable
+    # the kubelet's socket is root's: user 0 (so not runAsNonRoot, which the kubelet would
+    # refuse with user 0), but no capability and nothing writable
     assert c["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["runAsNonRoot"] is False
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
@@ -449,6 +460,41 @@ def test_agent_daemonset(rendered: dict[str, list[Doc]]) -> None:
         "tolerations"
     ]
     assert c["livenessProbe"]["httpGet"]["port"] == "http"
+
+
+def test_agent_image_is_its_own(rendered: dict[str, list[Doc]]) -> None:
+    version = APP_VERSION
+    c = container(one(rendered["default"], "DaemonSet"))
+    assert (c["image"], c["imagePullPolicy"]) == (
+        f"hami-usage-collector-agent:{version}",
+        "IfNotPresent",
+    )
+    # the collector's digest names the collector's image: the agent keeps the tag
+    full = container(one(rendered["full"], "DaemonSet"))
+    assert full["image"] == f"registry.example.com/hami-usage-collector-agent:{version}"
+    tagged = template("--set", "image.tag=1.2.3", "--set", "image.pullPolicy=Always")
+    c = container(one(tagged, "DaemonSet"))
+    assert (c["image"], c["imagePullPolicy"]) == ("hami-usage-collector-agent:1.2.3", "Always")
+    digest = "sha256:" + "b" * 64
+    own = template(
+        "--set",
+        "agent.image.repository=registry.example.com/agent",
+        "--set",
+        "agent.image.tag=v9",
+        "--set",
+        "agent.image.pullPolicy=Never",
+        "--set",
+        f"agent.image.digest={digest}",
+    )
+    c = container(one(own, "DaemonSet"))
+    assert (c["image"], c["imagePullPolicy"]) == (f"registry.example.com/agent@{digest}", "Never")
+    assert container(one(own, "Deployment"))["image"] == f"hami-usage-collector:{version}"
+
+
+def test_agent_off_the_pod_resources_socket_runs_as_the_pod_s_user() -> None:
+    c = container(one(template("--set", "agent.podResources.enabled=false"), "DaemonSet"))
+    assert c["securityContext"]["runAsNonRoot"] is True
+    assert "runAsUser" not in c["securityContext"]  # the pod's 65532
 
 
 def test_agent_options(rendered: dict[str, list[Doc]]) -> None:
@@ -848,6 +894,35 @@ def test_notes_print_the_urls() -> None:
     assert "does not serve" in notes("--set", "monitor.enabled=true")
 
 
+def test_notes_give_the_route_to_the_pages_and_the_pod_security_label() -> None:
+    text = notes()
+    route = [
+        f"kubectl -n {NAMESPACE} port-forward svc/{FULLNAME} 9396:9396",
+        "kubectl -n monitoring create token prometheus-k8s",
+        "open http://localhost:9396/login and paste the token",
+    ]
+    lines = [line.strip() for line in text.splitlines()]
+    starts = [next(i for i, line in enumerate(lines) if step in line) for step in route]
+    assert starts == sorted(starts)
+    assert starts[-1] - starts[0] == 2, "three commands in a row"
+    assert f"--clusterrole={CLUSTER_READER}" in text
+    assert (
+        f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in text
+    )
+    assert '"restricted"' in text
+    # no cluster reader to borrow a token from, no RBAC: say what a reader needs
+    bare = notes("--set-json", "readAuth.clusterReaders=[]", "--set", "rbac.create=false")
+    assert "create token <service account" in bare
+    assert "nonResourceURLs" in bare
+    assert "--clusterrole" not in bare
+    alone = notes("-f", CHART / "ci" / "agent-off-values.yaml", "--set", "readAuth.mode=none")
+    assert "pod-security.kubernetes.io/enforce=restricted" in alone
+    assert "open http://localhost:9396/ " in alone
+    assert "/login" not in alone
+    tls = notes(*TLS)
+    assert "open https://localhost:9396/login" in tls
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -878,6 +953,22 @@ def test_notes_print_the_urls() -> None:
         (["--set", "service.type=NodePort"], "/service/type"),
         (["--set", "push.extraServiceAccounts[0]=agent"], "/push/extraServiceAccounts/0"),
         (["--set", "image.digest=latest"], "/image/digest"),
+        (["--set", "agent.image.digest=latest"], "/agent/image/digest"),
+        (["--set", "agent.image.pullPolicy=Sometimes"], "/agent/image/pullPolicy"),
+        # the kubelet refuses runAsNonRoot with user 0: refused here, before it is installed
+        (
+            [
+                "--set",
+                "agent.podResources.enabled=false",
+                "--set",
+                "agent.securityContext.runAsUser=0",
+            ],
+            "agent: runAsNonRoot true with runAsUser 0",
+        ),
+        (
+            ["--set", "collector.podSecurityContext.runAsUser=0"],
+            "collector: runAsNonRoot true with runAsUser 0",
+        ),
         (
             ["--set-json", "discovery.flavours=[]", "--set", "agent.enabled=false"],
             "nothing to collect",

@@ -82,6 +82,45 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 
+{{/* The agent's own image: agent.image, else <image.repository>-agent at the collector's tag
+     (the collector's digest names another image, so it is never reused here). */}}
+{{- define "huc.agentImage" -}}
+{{- $agent := .Values.agent.image -}}
+{{- $repository := default (printf "%s-agent" .Values.image.repository) $agent.repository -}}
+{{- if $agent.digest -}}
+{{- printf "%s@%s" $repository $agent.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default (default .Chart.AppVersion .Values.image.tag) $agent.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent container's securityContext. The kubelet's PodResources socket is root's (a 0750
+     root folder, a socket it never chmods), so reading it needs user 0: the container then runs
+     as root, with no capability and nothing writable, and says runAsNonRoot false, since the
+     kubelet refuses runAsNonRoot true with runAsUser 0. Each key is set, not merged: Sprig's
+     merge takes false for empty and would keep the values' true. */}}
+{{- define "huc.agentSecurityContext" -}}
+{{- $context := deepCopy .Values.agent.securityContext -}}
+{{- if .Values.agent.podResources.enabled -}}
+{{- $_ := set $context "runAsUser" 0 -}}
+{{- $_ := set $context "runAsNonRoot" false -}}
+{{- end -}}
+{{- toYaml $context -}}
+{{- end -}}
+
+{{/* Fails where a container's effective runAsNonRoot (its own, else the pod's) is true while its
+     effective runAsUser is 0: the kubelet would refuse to start it ("container's runAsUser breaks
+     non-root policy"). (dict "what" NAME "pod" PODCONTEXT "container" CONTEXT) */}}
+{{- define "huc.validateNonRoot" -}}
+{{- $nonRoot := .pod.runAsNonRoot -}}
+{{- if hasKey .container "runAsNonRoot" -}}{{- $nonRoot = .container.runAsNonRoot -}}{{- end -}}
+{{- $user := .pod.runAsUser -}}
+{{- if hasKey .container "runAsUser" -}}{{- $user = .container.runAsUser -}}{{- end -}}
+{{- if and $nonRoot (not (kindIs "invalid" $user)) (eq (int64 $user) 0) -}}
+{{- fail (printf "%s: runAsNonRoot true with runAsUser 0 (pod or container securityContext): the kubelet refuses to start such a container; set a non-zero runAsUser, or runAsNonRoot false to run as root" .what) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* http, or https with tls.enabled. */}}
 {{- define "huc.scheme" -}}
 {{- if .Values.tls.enabled -}}https{{- else -}}http{{- end -}}
@@ -246,6 +285,10 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- include "huc.validateRemoteWrite" . -}}
 {{- include "huc.validateReadAuth" . -}}
+{{- include "huc.validateNonRoot" (dict "what" "collector" "pod" .Values.collector.podSecurityContext "container" .Values.collector.securityContext) -}}
+{{- if .Values.agent.enabled -}}
+{{- include "huc.validateNonRoot" (dict "what" "agent" "pod" .Values.agent.podSecurityContext "container" (include "huc.agentSecurityContext" . | fromYaml)) -}}
+{{- end -}}
 {{- if and (gt (int .Values.collector.replicas) 1) (ge (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
 {{- fail (printf "collector.pdb.minAvailable (%d) must be below collector.replicas (%d), or no pod could ever be evicted" (int .Values.collector.pdb.minAvailable) (int .Values.collector.replicas)) -}}
 {{- end -}}
