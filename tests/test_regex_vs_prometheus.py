@@ -200,6 +200,19 @@ def test_string_escapes_reach_the_regex_alike(prometheus: tuple[str, MemoryStora
     assert not problems, "\n".join(problems)
 
 
+def test_selectors_without_a_name_match_prometheus(prometheus: tuple[str, MemoryStorage]) -> None:
+    """A selector needs one matcher that does not match the empty string; whether a regex
+    does is Go's answer, also where promql-parser never saw the regex."""
+    url, storage = prometheus
+    patterns = [r"\Q\E", r"\Qteam-a\E", ".*", "(?i)TEAM-A", r"\pL?", "a?", "", r"\x{0}?"]
+    problems: list[str] = []
+    for pattern in patterns:
+        for matcher in (f"v=~{literal(pattern)}", f"v!~{literal(pattern)}"):
+            problems += compare(url, storage, f"{{{matcher}}}")
+            problems += compare(url, storage, f'{{{matcher}, id=~"0.*"}}')
+    assert not problems, "\n".join(problems)
+
+
 def series_api(url: str, match: str) -> dict[str, Any]:
     """Prometheus' ``/api/v1/series`` envelope for one ``match[]``."""
     query = urllib.parse.urlencode({"match[]": match, "start": str(BASE), "end": str(AT)})

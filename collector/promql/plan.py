@@ -15,7 +15,7 @@ from typing import Literal
 
 import promql_parser as pp
 
-from collector.tsdb.regex import Regex, RegexError, escape, replace_regex
+from collector.tsdb.regex import Regex, RegexError, escape, matcher_regex, replace_regex
 from collector.tsdb.series import Matcher, Op
 
 from .limits import check_depth
@@ -237,8 +237,9 @@ def compile_query(text: str) -> Node:
 
 
 _STRING = r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)"""
-_STRINGS = re.compile(rf"{_STRING}|#[^\n]*")
-"""A string literal; comments are found whole only so that no quote inside one is read."""
+_STRINGS = re.compile(rf"([=!]~\s*)?{_STRING}|#[^\n]*")
+"""A string literal, with the operator before it if it is a matcher's regex; comments are
+found whole only so that no quote inside one is read."""
 
 _REFUSED_STRINGS = ("illegal regex for ", "unknown escape sequence")
 """promql-parser's errors for a string Prometheus may take (see :func:`parse_promql`)."""
@@ -251,11 +252,11 @@ def parse_promql(text: str) -> tuple[pp.Expr, dict[str, str]]:
     than Go's: it refuses ``\\Q…\\E``, octal escapes, ``\\p{^Greek}`` and ``\\pL{1000}``,
     which Prometheus takes. It also refuses a backslash in a raw string that is no string
     escape (`` `\\d+` ``), where Go's raw strings have no escapes. When it refuses either,
-    the query is parsed again with every string literal replaced by a placeholder
-    (``"_0"``, ``"_1"`` … padded with ``_`` to the literal's length, so that positions in
-    other errors hold): the dict maps each placeholder to its literal's value (unquoted by
-    promql-parser, or a raw string's text as it is), which :func:`selector_matchers` and
-    the plan read instead. Raise ValueError as promql-parser does.
+    the query is parsed again with every string literal but the empty ones replaced by a
+    placeholder (``"_0"``, ``"_1"`` …, valid as a regex and as a label name): the dict
+    maps each placeholder to its literal's value (unquoted by promql-parser, or a raw
+    string's text as it is), which :func:`selector_matchers` and the plan read instead.
+    Raise ValueError as promql-parser does.
     """
     try:
         return pp.parse(text), {}
@@ -265,14 +266,33 @@ def parse_promql(text: str) -> tuple[pp.Expr, dict[str, str]]:
     strings: dict[str, str] = {}
 
     def placeholder(found: re.Match[str]) -> str:
-        token = found.group()
-        if found.group(1) is None:  # a comment
-            return token
-        key = f"_{len(strings)}".ljust(len(token) - 2, "_")
-        strings[key] = token[1:-1] if token.startswith("`") else _unquoted(token)
-        return f'"{key}"'
+        op, token = found.group(1) or "", found.group(2)
+        if token is None:  # a comment
+            return found.group()
+        value = token[1:-1] if token.startswith("`") else _unquoted(token)
+        if not value:
+            return found.group()
+        key = f"_{len(strings)}"
+        if op and _takes_empty(op.startswith("!"), value):
+            key += "|"
+        strings[key] = value
+        return f'{op}"{key}"'
 
     return pp.parse(_STRINGS.sub(placeholder, text)), strings
+
+
+def _takes_empty(negated: bool, regex: str) -> bool:
+    """Whether a matcher regex's placeholder should match the empty string.
+
+    promql-parser refuses a selector whose matchers all match the empty string: as the
+    regex does, so that it finds what Go finds (:func:`selector_matchers` checks the
+    missed case again); for a regex that does not compile, so that the matcher does not
+    and the regex's own error comes first, as in Go.
+    """
+    try:
+        return matcher_regex(regex).fullmatch("")
+    except RegexError:
+        return negated
 
 
 def _unquoted(literal: str) -> str:

@@ -61,7 +61,6 @@ _CAPTURE_NAME = re.compile(r"[A-Za-z0-9_]+")
 _GO_WORDING = {
     "missing ]": "missing closing ]",
     "missing )": "missing closing )",
-    "trailing \\": "trailing backslash at end of expression",
     "no argument for repetition operator": "missing argument to repetition operator",
     "invalid repetition size": "invalid repeat count",
     "bad repetition operator": "invalid nested repetition operator",
