@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.promql.plan import (
     NOTHING,
@@ -220,6 +222,29 @@ def test_a_string_that_is_no_utf_8_is_refused_or_matched_without_error() -> None
     with pytest.raises(RegexError, match="invalid UTF-8"):
         matcher_regex("\ud800")
     assert not matcher_regex("a").fullmatch("\ud800")
+
+
+PIECES = [
+    *("(", ")", "(?:", "(?P<a>", "(?P<b1>", "(?i)", "(?i:", "(?s)", "(?-i)", "(?<", "(?P="),
+    *("[", "]", "[^", "[:alpha:]", "\\", "\\Q", "\\E", "\\p{", "\\pL", "\\x{", "\\C"),
+    *("\\(", "\\)", "\\[", "\\]", "{", "}", "{2}", "a", "é", "41", "|", "*", "?", "+"),
+    *("^", "$", ":", "<", ">", "P", "-"),
+]
+"""Pieces whose mixes exercise the scan's reading of groups, classes, escapes and quotes."""
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=12))
+def test_the_scan_counts_the_groups_re2_counts(pieces: list[str]) -> None:
+    """Whatever the mix, compiling either succeeds, the scan's groups agreeing in number
+    with RE2's (asserted as it compiles), or raises RegexError, never anything else."""
+    pattern = "".join(pieces)
+    try:
+        regex = replace_regex(pattern)
+    except RegexError:
+        return
+    groups = regex.search("a" * 3)
+    assert groups is None or len(groups) == len(regex.names)
 
 
 # --- bounded: the cache, memory and time ---
