@@ -16,8 +16,10 @@ two differ where this module steps in:
   (``\\pL``, ``(?i)`` folding) and not to Go 1.19's Unicode 13 tables.
 
 Why a query cannot stall on a pattern: RE2 matches in time linear in the text (an automaton,
-no backtracking), and compiling is bounded by the same memory budget, so neither a nested
-repetition nor a huge alternation runs away; what exceeds the budget is an error.
+no backtracking: ``(a+)+b`` over 100,000 ``a`` answers at once), and compiling a pattern
+stays within its memory budget, which also bounds the time (``\\pL{1000}`` is refused in
+about 10 ms; an alternation of 300,000 names, 2 MB, compiles in about 2 s). What needs more
+than the budget is an error, not a slower query.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ MAX_MEM = 8 << 20
 takes about 0.1 s within it, and a pattern that needs more fails instead of growing."""
 
 CACHE_SIZE = 64
-"""Compiled patterns kept (least recently used dropped): a dashboard's regexes are compiled
-once, and the cache holds at most this many budgets of :data:`MAX_MEM`."""
+"""Compiled patterns kept by each of the two caches, matchers' and ``label_replace``'s (least
+recently used dropped): a dashboard's regexes are compiled once, and each pattern kept
+holds at most one budget of :data:`MAX_MEM`."""
 
 _ANCHOR_BOTH = _re2.RE2.Anchor.ANCHOR_BOTH
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
