@@ -9,12 +9,13 @@ query fails with an ``execution`` error naming the feature, never a wrong answer
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import promql_parser as pp
 
+from collector.tsdb.regex import Regex, RegexError, escape, matcher_regex, replace_regex
 from collector.tsdb.series import Matcher, Op
 
 from .limits import check_depth
@@ -191,7 +192,7 @@ class CallNode:
     name: str
     args: list[Node]
     value_type: ValueType
-    regex: re.Pattern[str] | None = None
+    regex: Regex | None = None
 
 
 Node = (
@@ -218,26 +219,92 @@ def compile_query(text: str) -> Node:
     """Parse ``text`` and return the evaluator's tree, or raise :class:`QueryError`."""
     check_depth(text)
     try:
-        expr = pp.parse(text)
+        expr, strings = parse_promql(text)
     except Exception as exc:  # promql-parser raises ValueError; be safe about others
         message = str(exc)
     else:
-        return _Converter(text, renamed=False).convert(expr)
+        return _Converter(text, renamed=False, strings=strings).convert(expr)
     unknown = re.fullmatch(r"unknown function with name '(\w+)'", message)
     if not unknown or unknown.group(1) != _HOLT_WINTERS or _RENAMED_HOLT_WINTERS in text:
         raise QueryError("bad_data", message)
     try:
-        expr = pp.parse(_rename_holt_winters(text))
+        expr, strings = parse_promql(_rename_holt_winters(text))
     except Exception as exc:
         raise QueryError(
             "bad_data", str(exc).replace(_RENAMED_HOLT_WINTERS, _HOLT_WINTERS)
         ) from None
-    return _Converter(text, renamed=True).convert(expr)
+    return _Converter(text, renamed=True, strings=strings).convert(expr)
+
+
+_STRING = r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)"""
+_STRINGS = re.compile(rf"([=!]~\s*)?{_STRING}|#[^\n]*")
+"""A string literal, with the operator before it if it is a matcher's regex; comments are
+found whole only so that no quote inside one is read."""
+
+_REFUSED_STRINGS = ("illegal regex for ", "unknown escape sequence")
+"""promql-parser's errors for a string Prometheus may take (see :func:`parse_promql`)."""
+
+
+def parse_promql(text: str) -> tuple[pp.Expr, dict[str, str]]:
+    """promql-parser's tree of ``text``, and the strings it holds in place of the query's own.
+
+    promql-parser checks each matcher's regex with Rust's ``regex`` crate, another syntax
+    than Go's: it refuses ``\\Q…\\E``, octal escapes, ``\\p{^Greek}`` and ``\\pL{1000}``,
+    which Prometheus takes. It also refuses a backslash in a raw string that is no string
+    escape (`` `\\d+` ``), where Go's raw strings have no escapes. When it refuses either,
+    the query is parsed again with every string literal but the empty ones replaced by a
+    placeholder (``"_0"``, ``"_1"`` …, valid as a regex and as a label name): the dict
+    maps each placeholder to its literal's value (unquoted by promql-parser, or a raw
+    string's text as it is), which :func:`selector_matchers` and the plan read instead.
+    Raise ValueError as promql-parser does.
+    """
+    try:
+        return pp.parse(text), {}
+    except ValueError as exc:
+        if not str(exc).startswith(_REFUSED_STRINGS):
+            raise
+    strings: dict[str, str] = {}
+
+    def placeholder(found: re.Match[str]) -> str:
+        op, token = found.group(1) or "", found.group(2)
+        if token is None:  # a comment
+            return found.group()
+        value = token[1:-1] if token.startswith("`") else _unquoted(token)
+        if not value:
+            return found.group()
+        key = f"_{len(strings)}"
+        if op and _takes_empty(op.startswith("!"), value):
+            key += "|"
+        strings[key] = value
+        return f'{op}"{key}"'
+
+    return pp.parse(_STRINGS.sub(placeholder, text)), strings
+
+
+def _takes_empty(negated: bool, regex: str) -> bool:
+    """Whether a matcher regex's placeholder should match the empty string.
+
+    promql-parser refuses a selector whose matchers all match the empty string: as the
+    regex does, so that it finds what Go finds (:func:`selector_matchers` checks the
+    missed case again); for a regex that does not compile, so that the matcher does not
+    and the regex's own error comes first, as in Go.
+    """
+    try:
+        return matcher_regex(regex).fullmatch("")
+    except RegexError:
+        return negated
+
+
+def _unquoted(literal: str) -> str:
+    """The value of a quoted string literal, as promql-parser reads it (ValueError if bad)."""
+    value = pp.parse(literal)
+    assert isinstance(value, pp.StringLiteral)
+    return value.val
 
 
 def _rename_holt_winters(text: str) -> str:
     """``text`` with every call of holt_winters (outside string literals) renamed for the parser."""
-    token = re.compile(r"""("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)|\bholt_winters(?=\s*\()""")
+    token = re.compile(rf"{_STRING}|\bholt_winters(?=\s*\()")
     return token.sub(lambda m: m.group(1) or _RENAMED_HOLT_WINTERS, text)
 
 
@@ -264,17 +331,29 @@ def string_literal(node: Node) -> str:
     return node.value
 
 
-def selector_matchers(vs: pp.VectorSelector) -> tuple[Matcher, ...]:
-    """The matchers of a selector, its metric name included; raise :class:`QueryError` if bad."""
+def selector_matchers(
+    vs: pp.VectorSelector, strings: Mapping[str, str] | None = None
+) -> tuple[Matcher, ...]:
+    """The matchers of a selector, its metric name included; raise :class:`QueryError` if bad
+    (a regex Prometheus 2.42 rejects is a parse error, ``bad_data``, as there).
+
+    ``strings``: the placeholders of :func:`parse_promql`, each with its value.
+    """
     matchers: list[Matcher] = []
     if vs.name is not None:
         matchers.append(Matcher.of("__name__", "=", vs.name))
     for m in vs.matchers.matchers:
         op = _match_op(m.op)
+        value = strings.get(m.value, m.value) if strings else m.value
         try:
-            matchers.append(Matcher.of(m.name, op, m.value))
-        except re.error as exc:
-            raise QueryError("bad_data", f"invalid regular expression {m.value!r}: {exc}") from None
+            matchers.append(Matcher.of(m.name, op, value))
+        except RegexError as exc:
+            raise QueryError("bad_data", f"parse error: {exc}") from None
+    if vs.name is None and all(m.matches({}) for m in matchers):
+        # promql-parser checks this too, but on placeholders where it was given some.
+        raise QueryError(
+            "bad_data", "parse error: vector selector must contain at least one non-empty matcher"
+        )
     return tuple(matchers)
 
 
@@ -296,9 +375,10 @@ def _offset_ms(offset: object) -> int:
 class _Converter:
     """promql-parser's AST to the plan; ``renamed`` when holt_winters was renamed for the parser."""
 
-    def __init__(self, text: str, renamed: bool) -> None:
+    def __init__(self, text: str, renamed: bool, strings: Mapping[str, str]) -> None:
         self.text = text
         self.renamed = renamed
+        self.strings = strings
 
     def convert(self, expr: object) -> Node:
         if isinstance(expr, pp.ParenExpr):
@@ -306,7 +386,7 @@ class _Converter:
         if isinstance(expr, pp.NumberLiteral):
             return NumberNode(float(expr.val))
         if isinstance(expr, pp.StringLiteral):
-            return StringNode(expr.val)
+            return StringNode(self.strings.get(expr.val, expr.val))
         if isinstance(expr, pp.VectorSelector):
             return self._selector(expr)
         if isinstance(expr, pp.MatrixSelector):
@@ -339,7 +419,9 @@ class _Converter:
     def _selector(self, vs: pp.VectorSelector) -> SelectorNode:
         if vs.matchers.or_matchers:
             raise unsupported("'or' in label matchers")
-        return SelectorNode(selector_matchers(vs), _offset_ms(vs.offset), self._at(vs.at))
+        return SelectorNode(
+            selector_matchers(vs, self.strings), _offset_ms(vs.offset), self._at(vs.at)
+        )
 
     def _at(self, modifier: pp.AtModifier | None) -> At | None:
         """The ``@`` modifier, read from its text (promql-parser renders it with milliseconds)."""
@@ -412,19 +494,19 @@ class _Converter:
         return CallNode(name, args, value_type, regex)
 
 
-def _label_regex(text: str) -> re.Pattern[str] | None:
+def _label_regex(text: str) -> Regex | None:
     # One that does not compile fails the query where the call is first evaluated
     # (as Prometheus' funcLabelReplace), so errors met before it there still win.
     try:
-        return re.compile(f"(?:{text})")
-    except Exception:  # re.error, and OverflowError or RecursionError on extreme patterns
+        return replace_regex(text)
+    except RegexError:
         return None
 
 
 NAMESPACE = "namespace"
 """The label a tenant's reads are restricted by."""
 
-NOTHING = "(?!)"
+NOTHING = r"[^\x00-\x{10FFFF}]"
 """A regex no value matches, the empty string included: an empty tenant's namespaces."""
 
 
@@ -437,7 +519,7 @@ def tenant_matcher(namespaces: frozenset[str]) -> Matcher:
     node's, the collector's own).
     """
     names = sorted(n for n in namespaces if n)
-    return Matcher.of(NAMESPACE, "=~", "|".join(map(re.escape, names)) if names else NOTHING)
+    return Matcher.of(NAMESPACE, "=~", "|".join(map(escape, names)) if names else NOTHING)
 
 
 def restrict(node: Node, namespaces: frozenset[str]) -> Node:

@@ -6,7 +6,6 @@ the same query fails with the same message.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 
 from .plan import CallNode, string_literal
@@ -52,10 +51,10 @@ class _LabelReplace(Relabel):
 
     def rewrite(self, labels: Labels) -> Labels:
         current = dict(labels)
-        match = self.pattern.fullmatch(current.get(self.src, ""))
-        if match is None:
+        groups = self.pattern.search(current.get(self.src, ""))
+        if groups is None:
             return labels
-        return _with_label(current, self.dst, expand_template(self.repl, match))
+        return _with_label(current, self.dst, self.pattern.expand(self.repl, groups))
 
 
 class _LabelJoin(Relabel):
@@ -82,51 +81,3 @@ def _with_label(current: dict[str, str], name: str, value: str) -> Labels:
     if value:
         current[name] = value
     return tuple(sorted(current.items()))
-
-
-def _extract(template: str) -> tuple[str, int, str] | None:
-    """Go's ``regexp.extract``: the name after a ``$``, its group number (or -1), the rest."""
-    if not template:
-        return None
-    brace = template[0] == "{"
-    body = template[1:] if brace else template
-    i = 0
-    while i < len(body) and (body[i].isalnum() or body[i] == "_"):
-        i += 1
-    if i == 0:
-        return None
-    name = body[:i]
-    if brace:
-        if i >= len(body) or body[i] != "}":
-            return None
-        i += 1
-    num = -1
-    if name.isascii() and name.isdigit() and not (name[0] == "0" and len(name) > 1):
-        num = int(name) if len(name) < 9 else -1
-    return name, num, body[i:]
-
-
-def expand_template(template: str, match: re.Match[str]) -> str:
-    """Go's ``Regexp.ExpandString``: ``$1``, ``${1}``, ``$name``, ``${name}``, ``$$``."""
-    out: list[str] = []
-    groups = match.re.groupindex
-    while template:
-        before, sep, after = template.partition("$")
-        if not sep:
-            break
-        out.append(before)
-        template = after
-        if template.startswith("$"):
-            out.append("$")
-            template = template[1:]
-            continue
-        found = _extract(template)
-        if found is None:
-            out.append("$")
-            continue
-        name, num, template = found
-        index = num if num >= 0 else groups.get(name, -1)
-        if 0 <= index <= match.re.groups:
-            out.append(match.group(index) or "")
-    out.append(template)
-    return "".join(out)

@@ -15,7 +15,6 @@ told apart from each other and from a NaN reading by :func:`absent_mask` and
 from __future__ import annotations
 
 import math
-import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from .regex import Regex, matcher_regex
 
 _STALE_BITS = 0x7FF0000000000002
 _ABSENT_BITS = 0x7FF800000000AB5E
@@ -122,17 +123,19 @@ Op = Literal["=", "!=", "=~", "!~"]
 
 @dataclass(frozen=True, slots=True)
 class Matcher:
-    """One label matcher; regexes are fully anchored, as in Prometheus."""
+    """One label matcher; a regex is Go's RE2 syntax, fully anchored, as in Prometheus
+    (:mod:`collector.tsdb.regex`)."""
 
     name: str
     op: Op
     value: str
-    _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    _regex: Regex | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(name: str, op: Op, value: str) -> Matcher:
-        """Build a matcher, compiling its regex once."""
-        regex = re.compile(f"(?:{value})", re.DOTALL) if op in ("=~", "!~") else None
+        """Build a matcher, compiling its regex once; raise
+        :class:`~collector.tsdb.regex.RegexError` for one Prometheus 2.42 rejects."""
+        regex = matcher_regex(value) if op in ("=~", "!~") else None
         return Matcher(name, op, value, regex)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
@@ -143,7 +146,7 @@ class Matcher:
         if self.op == "!=":
             return got != self.value
         assert self._regex is not None
-        found = self._regex.fullmatch(got) is not None
+        found = self._regex.fullmatch(got)
         return found if self.op == "=~" else not found
 
 

@@ -40,7 +40,7 @@ from collector import __version__, schema
 from collector.promql.engine import Engine, Queries, Unavailable
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
-from collector.promql.plan import selector_matchers, tenant_matcher
+from collector.promql.plan import parse_promql, selector_matchers, tenant_matcher
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
 from collector.store import Store
 from collector.tsdb.history import History
@@ -343,14 +343,17 @@ def _selectors(texts: Sequence[str]) -> list[tuple[Matcher, ...]]:
     for text in texts:
         check_depth(text)
         try:
-            expr = promql_parser.parse(text)
+            expr, strings = parse_promql(text)
         except (ValueError, RuntimeError) as exc:
             raise QueryError("bad_data", f'invalid parameter "match[]": {exc}') from None
         if not isinstance(expr, promql_parser.VectorSelector):
             raise QueryError(
                 "bad_data", f'invalid parameter "match[]": {text} is not a series selector'
             )
-        out.append(selector_matchers(expr))
+        try:
+            out.append(selector_matchers(expr, strings))
+        except QueryError as exc:
+            raise QueryError(exc.error_type, f'invalid parameter "match[]": {exc}') from None
     return out
 
 
