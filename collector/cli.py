@@ -12,14 +12,10 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 
-from aiohttp import web
-
 from collector import __version__
-from collector.app import StartupError, build_app
 from collector.settings import CollectorSettings
-from collector.web import webconfig
 from core import logs
-from core.malloc import set_policy
+from core.extras import install_hint
 from core.settings import (
     LISTS_NOTE,
     ArgumentParser,
@@ -33,6 +29,9 @@ from core.settings import (
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
 log = logging.getLogger(__name__)
+
+EXTRAS = {"serve": ["collector"], "demo": ["collector", "agent"]}
+"""What each command needs installed: extras of the distribution (``pip install '.[collector]'``)."""
 
 
 GROUPS = {
@@ -149,17 +148,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
+    # the demo runs the real agent's code beside the collector: it needs both extras
+    missing = install_hint("hami-collector", EXTRAS[command])
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     if command == "demo":
         return _demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    # RSS must not step up for good after each oversized body, and a query's large arrays
-    # must not wait on huge pages' first touch
-    set_policy()
     idle = _nothing_to_collect(settings)
     if idle:
         print(f"cannot start: {idle}", file=sys.stderr)
         return 2
+    return _serve(settings)
+
+
+def _serve(settings: CollectorSettings) -> int:
+    """Serve until stopped; the exit status."""
+    # Imported here, once install_hint found the collector's extra installed: without it
+    # (the agent's image) these imports would fail with a traceback instead of one line.
+    from aiohttp import web
+
+    from collector.app import StartupError, build_app
+    from collector.web import webconfig
+    from core.malloc import set_policy
+
+    # RSS must not step up for good after each oversized body, and a query's large arrays
+    # must not wait on huge pages' first touch
+    set_policy()
     web_config = None
     if settings.web_config_file is not None:
         try:
