@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -220,3 +221,85 @@ def test_agent_sample_without_a_node_says_which_setting(
     line = one_line(capsys.readouterr().err)
     assert "--node / HAMI_AGENT_NODE" in line
     assert "NODE_NAME" in line
+
+
+@pytest.mark.parametrize(
+    ("program", "argv", "help_at"),
+    [
+        (main, ["serve", "--no-such-flag"], "hami-collector serve"),
+        (main, ["demo", "--no-such-flag"], "hami-collector demo"),
+        (main, ["--no-such-flag", "serve"], "hami-collector"),
+        (agent_main, ["run", "--no-such-flag"], "hami-agent run"),
+        (agent_main, ["sample", "--no-such-flag"], "hami-agent sample"),
+    ],
+)
+def test_an_unknown_flag_points_at_the_help_that_lists_the_flags(
+    program: Callable[[list[str]], int],
+    argv: list[str],
+    help_at: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        program(argv)
+    assert info.value.code == 2
+    line = one_line(capsys.readouterr().err)
+    assert line == f"{help_at}: unrecognized arguments: --no-such-flag (see {help_at} --help)"
+    if help_at == "hami-collector serve":
+        with pytest.raises(SystemExit):
+            program(["serve", "--help"])
+        assert "--interval" in capsys.readouterr().out, "that help lists the flags"
+
+
+_FAKE_INSTALL = """\
+Metadata-Version: 2.1
+Name: hami-usage-collector
+Version: 0.1.0
+Provides-Extra: agent
+Provides-Extra: collector
+Requires-Dist: pydantic>=2.7
+Requires-Dist: no-such-distribution-of-the-collector>=1; extra == "collector"
+Requires-Dist: aiohttp>=3.9; extra == "collector"
+Requires-Dist: numba>=0.61; extra == "collector" and python_version < "3"
+Requires-Dist: no-such-distribution-of-the-agent; extra == "agent"
+"""
+"""Metadata as pip writes it, of an install whose extras miss one distribution each."""
+
+
+@pytest.mark.parametrize(
+    ("command", "extras", "absent"),
+    [
+        (
+            ("collector", "serve", "--no-kubernetes", "--push-auth=none"),
+            "collector",
+            "no-such-distribution-of-the-collector",
+        ),
+        (
+            ("collector", "demo"),
+            "collector,agent",
+            "no-such-distribution-of-the-collector, no-such-distribution-of-the-agent",
+        ),
+        (("agent", "run", "--node", "n"), "agent", "no-such-distribution-of-the-agent"),
+    ],
+)
+def test_a_program_without_its_extra_says_what_to_install(
+    tmp_path: Path, command: tuple[str, ...], extras: str, absent: str
+) -> None:
+    info = tmp_path / "hami_usage_collector-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(_FAKE_INSTALL)
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", *command],
+        cwd=tmp_path,  # first on sys.path: not the source tree, where a build leaves its metadata
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{root}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    program = "hami-collector" if command[0] == "collector" else "hami-agent"
+    assert line == (
+        f"cannot start: {program} needs {absent}, not installed here: "
+        f"pip install 'hami-usage-collector[{extras}]'"
+    ), "what is installed (aiohttp) and what a marker leaves out (numba) are not named"
