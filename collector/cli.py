@@ -11,9 +11,9 @@ import logging
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from collector import __version__
-from collector.settings import CollectorSettings
 from core import logs
 from core.extras import install_hint
 from core.settings import (
@@ -26,12 +26,15 @@ from core.settings import (
     plain,
 )
 
+if TYPE_CHECKING:
+    from collector.settings import CollectorSettings
+
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
 log = logging.getLogger(__name__)
 
-EXTRAS = {"serve": ["collector"], "demo": ["collector", "agent"]}
-"""What each command needs installed: extras of the distribution (``pip install '.[collector]'``)."""
+DEMO_EXTRAS = ["collector", "agent"]
+"""What the demo needs installed: it runs the real agent's code beside the collector."""
 
 
 GROUPS = {
@@ -100,6 +103,8 @@ GROUPS = {
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
+    from collector.settings import CollectorSettings  # see main: not at the module's top
+
     top = ArgumentParser(
         prog="hami-collector",
         description=plain((__doc__ or "").split("\n\n")[0]),
@@ -146,14 +151,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = vars(parser().parse_args(argv))
-    command = args.pop("command")
-    # the demo runs the real agent's code beside the collector: it needs both extras
-    missing = install_hint("hami-collector", EXTRAS[command])
+    # Before anything of the collector is imported (its settings import the query engine,
+    # numpy and numba): where its extra is missing, one line says what to install, where an
+    # import would end in a traceback. This module imports only what both programs have.
+    missing = install_hint("hami-collector", ["collector"])
     if missing:
         print(missing, file=sys.stderr)
         return 2
+    from collector.settings import CollectorSettings
+
+    args = vars(parser().parse_args(argv))
+    command = args.pop("command")
     if command == "demo":
+        missing = install_hint("hami-collector", DEMO_EXTRAS)
+        if missing:
+            print(missing, file=sys.stderr)
+            return 2
         return _demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
@@ -166,8 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(settings: CollectorSettings) -> int:
     """Serve until stopped; the exit status."""
-    # Imported here, once install_hint found the collector's extra installed: without it
-    # (the agent's image) these imports would fail with a traceback instead of one line.
     from aiohttp import web
 
     from collector.app import StartupError, build_app
