@@ -12,7 +12,11 @@ CHART := charts/hami-usage-collector
 CHART_OUT := build/chart
 KUBE_VERSIONS := 1.29.0 1.35.0
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-IMAGE ?= hami-usage-collector:$(VERSION)
+IMAGE_REPOSITORY ?= hami-usage-collector
+IMAGE_TAG ?= $(VERSION)
+IMAGE ?= $(IMAGE_REPOSITORY):$(IMAGE_TAG)
+# the chart's agent.image.repository defaults to <image.repository>-agent
+IMAGE_AGENT ?= $(IMAGE_REPOSITORY)-agent:$(IMAGE_TAG)
 DOCKER ?= docker
 # numba's compile cache, for every process the targets start (collector/compiled.py keys it
 # by the sources): the collector's warm-up then takes ~0.5 s instead of ~10 s after the first.
@@ -20,10 +24,11 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
 .PHONY: run test lint bench soak clean tools chart-check fuzz wheel-check
 
+# Both programs' extras: the collector's demo runs the real agent's code beside it.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev]'
+	$(BIN)/pip install -q -e '.[agent,collector,test,dev]'
 	touch $@
 
 run: $(STAMP)
@@ -38,9 +43,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The wheel holds the product only: no test suite, shared fakes, benches or fuzz targets,
-# and its build gives no deprecation warning.
+# and its build gives no deprecation warning. Then the agent's image install, as pip
+# resolves it from the registry: `.[agent]` in a fresh virtualenv holds no collector
+# dependency, fits in 100 MiB of site-packages and runs.
 wheel-check: $(STAMP)
 	PYTHON=$(BIN)/python scripts/check-wheel
+	$(BIN)/python scripts/check-agent-install
 
 bench: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/python -m bench
@@ -121,11 +129,14 @@ chart-check: $(STAMP) $(HELM)
 	test $$rc -eq 0 || { cat $(CHART_OUT)/validate.log; exit 1; }
 	$(BIN)/pytest -q tests/test_chart.py tests/test_chart_readme.py
 
-# One image with both programs; needs a docker daemon (not used in CI).
-.PHONY: image
-image:
-	$(DOCKER) build -t $(IMAGE) \
+# The collector's image and the node agent's, each with its own program's dependencies;
+# both need a docker daemon (not used in CI: `make wheel-check` checks the agent's install).
+.PHONY: image image-agent
+DOCKER_BUILD = $(DOCKER) build \
 	  --build-arg VERSION=$(VERSION) \
 	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
-	  .
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ)
+image:
+	$(DOCKER_BUILD) --target collector -t $(IMAGE) .
+image-agent:
+	$(DOCKER_BUILD) --target agent -t $(IMAGE_AGENT) .

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 
 from agent import __version__, push
-from agent.app import StartupError, run, sampler_of, start_nvml
 from agent.settings import ENV_PREFIX, AgentSettings
 from core import logs
+from core.extras import install_hint
 from core.settings import (
     LISTS_NOTE,
     ArgumentParser,
@@ -71,6 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
+    missing = install_hint("hami-agent", ["agent"])
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    # Imported once install_hint found the agent's extra installed: without it (the
+    # collector's image) NVML's binding would fail to import with a traceback.
+    from agent.app import StartupError, run, sampler_of, start_nvml
+
     settings = load_settings(AgentSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
     if not settings.node:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from bench.fleet import agent, remote, rss, shards, status
+from bench.fleet import agent, agentinstall, remote, rss, shards, status
 from bench.fleet.report import (
     agent_rows,
     push_rows,
@@ -366,6 +366,12 @@ def parser() -> argparse.ArgumentParser:
         "readauth", help="what read authorization adds to a cached identity's read"
     )
     ra.set_defaults(handler=lambda a: print(readauth.table(readauth.run())))
+    ai = subs.add_parser(
+        "agent-install",
+        help="the agent's own install beside both programs': size and RSS (needs the registry)",
+    )
+    ai.add_argument("--rounds", type=int, default=agentinstall.ROUNDS, help="runs of each install")
+    ai.set_defaults(handler=lambda a: print(agentinstall.markdown(agentinstall.run(a.rounds))))
     return top
 
 

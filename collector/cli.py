@@ -11,15 +11,11 @@ import logging
 import socket
 import sys
 from collections.abc import Callable, Sequence
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from collector import __version__
-from collector.app import StartupError, build_app
-from collector.settings import CollectorSettings
-from collector.web import webconfig
 from core import logs
-from core.malloc import set_policy
+from core.extras import install_hint
 from core.settings import (
     LISTS_NOTE,
     ArgumentParser,
@@ -30,9 +26,15 @@ from core.settings import (
     plain,
 )
 
+if TYPE_CHECKING:
+    from collector.settings import CollectorSettings
+
 ENV_PREFIX = "HAMI_COLLECTOR_"
 
 log = logging.getLogger(__name__)
+
+DEMO_EXTRAS = ["collector", "agent"]
+"""What the demo needs installed: it runs the real agent's code beside the collector."""
 
 
 GROUPS = {
@@ -101,6 +103,8 @@ GROUPS = {
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``hami-collector``."""
+    from collector.settings import CollectorSettings  # see main: not at the module's top
+
     top = ArgumentParser(
         prog="hami-collector",
         description=plain((__doc__ or "").split("\n\n")[0]),
@@ -147,19 +151,43 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    # Before anything of the collector is imported (its settings import the query engine,
+    # numpy and numba): where its extra is missing, one line says what to install, where an
+    # import would end in a traceback. This module imports only what both programs have.
+    missing = install_hint("hami-collector", ["collector"])
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    from collector.settings import CollectorSettings
+
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
     if command == "demo":
+        missing = install_hint("hami-collector", DEMO_EXTRAS)
+        if missing:
+            print(missing, file=sys.stderr)
+            return 2
         return _demo(args["listen"], args["nodes"], args["interval"])
     settings = load_settings(CollectorSettings, args, ENV_PREFIX)
     logs.setup(settings.log_format, settings.log_level)
-    # RSS must not step up for good after each oversized body, and a query's large arrays
-    # must not wait on huge pages' first touch
-    set_policy()
     idle = _nothing_to_collect(settings)
     if idle:
         print(f"cannot start: {idle}", file=sys.stderr)
         return 2
+    return _serve(settings)
+
+
+def _serve(settings: CollectorSettings) -> int:
+    """Serve until stopped; the exit status."""
+    from aiohttp import web
+
+    from collector.app import StartupError, build_app
+    from collector.web import webconfig
+    from core.malloc import set_policy
+
+    # RSS must not step up for good after each oversized body, and a query's large arrays
+    # must not wait on huge pages' first touch
+    set_policy()
     web_config = None
     if settings.web_config_file is not None:
         try:

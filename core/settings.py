@@ -189,7 +189,18 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """A parser whose usage errors are one line, as every other start-up error is."""
+    """A parser whose usage errors are one line, as every other start-up error is.
+
+    A flag none of its options knows is refused by the parser it was given to, so that
+    ``hami-collector serve --no-such-flag`` points at ``serve --help``, where the flags are:
+    argparse leaves a subcommand's unknown flags to the top parser, whose help lists none.
+    """
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        parsed, unknown = super().parse_known_args(*args, **kwargs)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -220,3 +221,130 @@ def test_agent_sample_without_a_node_says_which_setting(
     line = one_line(capsys.readouterr().err)
     assert "--node / HAMI_AGENT_NODE" in line
     assert "NODE_NAME" in line
+
+
+@pytest.mark.parametrize(
+    ("program", "argv", "help_at"),
+    [
+        (main, ["serve", "--no-such-flag"], "hami-collector serve"),
+        (main, ["demo", "--no-such-flag"], "hami-collector demo"),
+        (main, ["--no-such-flag", "serve"], "hami-collector"),
+        (agent_main, ["run", "--no-such-flag"], "hami-agent run"),
+        (agent_main, ["sample", "--no-such-flag"], "hami-agent sample"),
+    ],
+)
+def test_an_unknown_flag_points_at_the_help_that_lists_the_flags(
+    program: Callable[[list[str]], int],
+    argv: list[str],
+    help_at: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        program(argv)
+    assert info.value.code == 2
+    line = one_line(capsys.readouterr().err)
+    assert line == f"{help_at}: unrecognized arguments: --no-such-flag (see {help_at} --help)"
+    if help_at == "hami-collector serve":
+        with pytest.raises(SystemExit):
+            program(["serve", "--help"])
+        assert "--interval" in capsys.readouterr().out, "that help lists the flags"
+
+
+def _installed(collector: str, agent: str) -> str:
+    """Metadata as pip writes it (``METADATA``), with these requirements for the two extras."""
+    lines = ["Metadata-Version: 2.1", "Name: hami-usage-collector", "Version: 0.1.0"]
+    lines += ["Provides-Extra: agent", "Provides-Extra: collector", "Requires-Dist: pydantic>=2.7"]
+    lines += [f'Requires-Dist: {r}; extra == "collector"' for r in collector.split()]
+    lines += [f'Requires-Dist: {r}; extra == "agent"' for r in agent.split()]
+    # what a marker beyond the extra leaves out is not asked for
+    lines.append('Requires-Dist: numba>=0.61; extra == "collector" and python_version < "3"')
+    return "\n".join(lines) + "\n"
+
+
+_WITHOUT = """
+import runpy, sys
+REFUSED = set(sys.argv[1].split(","))
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in REFUSED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Refuse())
+sys.argv = sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+"""Run ``-m MODULE ARGS`` where the modules of ``argv[1]`` cannot be imported, as where they
+are not installed."""
+
+COLLECTORS = "numpy,numba,llvmlite,aiohttp,kubernetes_asyncio,jinja2,promql_parser,cramjam,yarl,httptools,bcrypt"
+AGENTS = "pynvml,grpc,google"
+
+
+@pytest.mark.parametrize(
+    ("command", "installed", "refused", "expected"),
+    [
+        (
+            ("collector", "serve", "--no-kubernetes", "--push-auth=none"),
+            _installed("aiohttp no-such-part-of-the-collector", "grpcio"),
+            COLLECTORS,
+            "hami-collector needs no-such-part-of-the-collector, not installed here: "
+            "pip install 'hami-usage-collector[collector]'",
+        ),
+        (
+            ("collector", "serve", "--help"),
+            _installed("aiohttp no-such-part-of-the-collector", "grpcio"),
+            COLLECTORS,
+            "hami-collector needs no-such-part-of-the-collector, not installed here: "
+            "pip install 'hami-usage-collector[collector]'",
+        ),
+        (
+            ("collector", "demo"),
+            _installed("aiohttp", "grpcio no-such-part-of-the-agent"),
+            AGENTS,
+            "hami-collector needs no-such-part-of-the-agent, not installed here: "
+            "pip install 'hami-usage-collector[collector,agent]'",
+        ),
+        (
+            ("agent", "run", "--node", "n"),
+            _installed("aiohttp", "grpcio no-such-part-of-the-agent"),
+            AGENTS,
+            "hami-agent needs no-such-part-of-the-agent, not installed here: "
+            "pip install 'hami-usage-collector[agent]'",
+        ),
+    ],
+    ids=["serve", "serve-help", "demo", "agent-run"],
+)
+def test_a_program_without_its_extra_says_what_to_install(
+    tmp_path: Path, command: tuple[str, ...], installed: str, refused: str, expected: str
+) -> None:
+    """Its modules refused as where they are not installed: one line, no traceback."""
+    info = tmp_path / "hami_usage_collector-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(installed)
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT, refused, *command],
+        cwd=tmp_path,  # first on sys.path: not the source tree, where a build leaves its metadata
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{root}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert one_line(result.stderr) == f"cannot start: {expected}"
+
+
+def test_the_refusing_runner_refuses() -> None:
+    """The check above is not vacuous: a refused module cannot be imported, the rest can."""
+
+    def runner(refused: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _WITHOUT, refused, "json.tool", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    assert runner("numpy").returncode == 0
+    refused = runner("json")
+    assert refused.returncode == 1
+    assert "No module named 'json'" in refused.stderr

@@ -2,7 +2,8 @@
 
 The models are what :mod:`collector.web.rest.openapi` generates the schemas
 from; an answer built by splicing cached JSON has the same fields in the same
-order as its model.
+order as its model. Their docstrings and field descriptions are the API's
+documentation: plain text in its users' terms, no reStructuredText.
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ class NodeSummary(_Model):
 
 
 class NodeList(_Model):
-    """``GET /api/v1/nodes``."""
+    """The answer of GET /api/v1/nodes: the nodes matching the filters, sorted and limited."""
 
     status: Literal["success"] = "success"
-    generation: int = Field(description="the store generation the answer was built from")
+    generation: int = Field(
+        description="the state of the collector's data the answer was built from: answers with the same generation saw the same data"
+    )
     total: int = Field(description="nodes matching the filters, before limit")
     nodes: list[NodeSummary]
 
@@ -102,10 +105,10 @@ class AllocationUse(_Model):
 
 
 class ContainerUsage(_Model):
-    """One vGPU of one container: usage, and the allocation the pod watch read for it.
+    """One vGPU of one container: its usage, and the allocation its pod requested.
 
     Readings its monitor does not send are null; so is the allocation of a
-    container the pod watch does not know (or with ``--no-allocations``).
+    container whose pod the collector does not know (or runs with --no-allocations).
     """
 
     namespace: str
@@ -164,7 +167,7 @@ class CardUsage(_Model):
 
 
 class NodeDetail(_Model):
-    """``GET /api/v1/nodes/{node}``."""
+    """The answer of GET /api/v1/nodes/{node}: one node's cards, each with its vGPU containers."""
 
     status: Literal["success"] = "success"
     generation: int
@@ -176,7 +179,7 @@ class NodeDetail(_Model):
 
 
 class ContainerList(_Model):
-    """``GET /api/v1/pods``: one row per vGPU of a container."""
+    """The answer of GET /api/v1/pods: one row per vGPU of a container."""
 
     status: Literal["success"] = "success"
     generation: int
@@ -185,7 +188,7 @@ class ContainerList(_Model):
 
 
 class PodDetail(_Model):
-    """``GET /api/v1/namespaces/{namespace}/pods/{pod}``."""
+    """The answer of GET /api/v1/namespaces/{namespace}/pods/{pod}: the pod's vGPUs."""
 
     status: Literal["success"] = "success"
     generation: int
@@ -198,7 +201,7 @@ class PodDetail(_Model):
 
 
 class ShardInfo(_Model):
-    """``GET /api/v1/shards``: this collector's shard and the nodes it holds."""
+    """The answer of GET /api/v1/shards: this collector's shard and the nodes it holds."""
 
     status: Literal["success"] = "success"
     generation: int
@@ -229,7 +232,7 @@ class UsageGroup(_Model):
 
 
 class UsageReport(_Model):
-    """``GET /api/v1/usage``: chargeback / showback per group over a window of the history."""
+    """The answer of GET /api/v1/usage: chargeback / showback per group over a window of the history."""
 
     status: Literal["success"] = "success"
     by: Literal["namespace", "pod", "node"]

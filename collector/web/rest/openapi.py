@@ -1,6 +1,9 @@
 """The OpenAPI 3.1 document of the REST API, generated from the endpoint table and the models.
 
-Its description is the docstring of :mod:`collector.web.rest`.
+Everything in it is read by the API's users: :data:`DESCRIPTION`, the endpoints'
+summaries and parameters, and the models' docstrings and field descriptions, in plain
+text (Markdown where any), without the developers' words (roles, module names, ``await``).
+``tests/test_help_and_links.py`` reads the served document for them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,21 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from collector import __version__
-from collector.web import rest
 from collector.web.rest.endpoints import ENDPOINTS, Endpoint, Param
 from collector.web.rest.models import JSON, Error
+
+DESCRIPTION = """\
+What each node, card and vGPU container of the cluster is using right now, as JSON; and, \
+under `/api/v1/usage`, what each namespace, pod or node was allocated and used over a window \
+of the collector's history (chargeback, also as CSV).
+
+Each vGPU row carries its allocation (what its pod requested) next to its usage. Every answer \
+is built from one state of the collector's data and names it (`generation`): answers with the \
+same generation saw the same data.
+
+Errors share one envelope, `{"status": "error", "error": "not_found", "message": "…"}`; \
+a bad query parameter is named in the message."""
+"""The document's own description: the API in its users' terms."""
 
 _ERRORS = {
     400: ("BadRequest", "A query parameter is unknown, repeated or invalid; the message names it."),
@@ -37,7 +52,7 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "hami-usage-collector",
             "version": __version__,
-            "description": (rest.__doc__ or "").strip(),
+            "description": DESCRIPTION,
         },
         "paths": {e.path: {"get": _operation(e, ref)} for e in ENDPOINTS},
         "components": {
