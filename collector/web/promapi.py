@@ -12,7 +12,7 @@ milliseconds at a time (:mod:`collector.promql.onloop`), so pushes, scrapes and
 at once; the rest wait, within their timeout; one reader (an identity) has at
 most ``max_concurrency_per_identity`` waiting or running, one more answers 429.
 
-A tenant (:class:`~collector.web.access.Access` with namespaces) sees only
+A tenant (:class:`~collector.auth.access.Access` with namespaces) sees only
 its namespaces' series, as behind prom-label-proxy: every selector of its
 queries and every ``match[]`` of its series, labels and label values reads gets
 ``namespace=~"<its namespaces>"`` added (:func:`~collector.promql.plan.restrict`),
@@ -40,6 +40,7 @@ from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
 from collector import __version__, schema
+from collector.auth.access import Access, access_of
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
 from collector.promql.onloop import LoopReader
@@ -50,7 +51,6 @@ from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher, Queryable
-from collector.web.access import Access, access_of
 from collector.web.promjson import matrix_body
 
 PREFIX = "/prometheus/api/v1"
