@@ -349,6 +349,15 @@ async def test_sign_in_attempts_are_rate_limited_and_counted(s: Site) -> None:
     assert (await s.get("/api/v1/pods", Authorization=f"Bearer {s.tenant}")).status == 200
 
 
+async def test_a_form_too_large_for_a_token_is_refused_unread(s: Site) -> None:
+    reviews = s.fake.token_reviews
+    answer = await s.post("/login", {"token": "x" * (20 << 10), "next": "/"})
+    assert (answer.status, answer.cookie) == (413, None)
+    assert "too large" in answer.text
+    assert s.fake.token_reviews == reviews  # never reviewed
+    assert (await s.refusals())["too_large"] == 1
+
+
 # -- signing out, and a token that stops --------------------------------------------------
 
 

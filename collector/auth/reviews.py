@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -100,9 +100,11 @@ class Reviews:
         ttl: float = 60.0,
         request_timeout: float = 10.0,
         parallel: int = 16,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._authn, self._authz = authn, authz
         self._timeout = request_timeout
+        self._clock = clock
         self._tokens: Cache[User | Rejected] = Cache(ttl)
         self._verdicts: Cache[bool] = Cache(ttl)
         self._parallel = asyncio.Semaphore(parallel)
@@ -125,7 +127,7 @@ class Reviews:
         are otherwise the same thing, kept the same way, in the same bounded cache.
         """
         key = (hashlib.sha256(token.encode()).digest(), audience)
-        now = time.monotonic()
+        now = self._clock()
         found = self._tokens.get(key, now)
         if found is None:
             found = await self._review(token, audience)
@@ -157,7 +159,7 @@ class Reviews:
         """Whether ``user`` may do ``attributes`` (a SubjectAccessReview's ``resource_attributes``
         or ``non_resource_attributes``), cached under ``what`` per identity."""
         key = (user.name, user.groups, what)
-        now = time.monotonic()
+        now = self._clock()
         found = self._verdicts.get(key, now)
         if found is None:
             async with self._parallel:
