@@ -81,7 +81,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 class DevToolsError(AssertionError):
-    """A DevTools command failed, or what was waited for did not come in time."""
+    """A DevTools command failed, or the browser went away (a wait past its time is a
+    :class:`TimeoutError`)."""
 
 
 class Tab:
