@@ -27,6 +27,16 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client, config
 
+from collector.auth.pushers import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
+from collector.auth.readers import (
+    BasicReads,
+    KubernetesReads,
+    OpenReads,
+    ReadAuth,
+    Unready,
+    read_auth_middleware,
+)
+from collector.auth.reviews import Reviews
 from collector.normalise import PassThrough
 from collector.promql.engine import Engine
 from collector.remote.queue import QueueConfig
@@ -37,7 +47,6 @@ from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.allocations import AllocationConfig, AllocationSource
 from collector.sources.assignments import Assignments
-from collector.sources.auth import Authenticator, NoAuth, Refuse, SharedToken, TokenReviewAuth
 from collector.sources.files import FileDiscovery, load_targets
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
@@ -47,23 +56,16 @@ from collector.sources.targets import Target
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.web import health
-from collector.web.errors import HANDLER_ARGS, envelope_errors
+from collector.web.errors import HANDLER_ARGS, envelope_errors, error_response
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.promjson import matrix_body
-from collector.web.readauth import (
-    BasicReads,
-    KubernetesReads,
-    OpenReads,
-    ReadAuth,
-    Unready,
-    read_auth_middleware,
-)
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import IDLE_AFTER, Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
 from collector.web.ui.kinds import Kinds
+from collector.web.ui.login import SignInPages
 from collector.web.ui.namespaces import NamespaceView
 from collector.web.ui.nodes import NodeViews
 from collector.web.ui.overview import Overview
@@ -122,7 +124,7 @@ def build_app(
         middlewares=[
             envelope_errors,
             *([web_middleware(web_config)] if web_config else []),
-            read_auth_middleware(lambda: app[READ_AUTH], metrics.read_refused),
+            read_auth_middleware(lambda: app[READ_AUTH], metrics.read_refused, error_response),
         ],
         handler_args=HANDLER_ARGS,
     )
@@ -170,6 +172,7 @@ def build_app(
     app[PANELS] = []
     status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)
     app.router.add_routes(status.routes())
+    app.router.add_routes(SignInPages(lambda: app[READ_AUTH], metrics.read_refused).routes())
     return app
 
 
@@ -364,15 +367,17 @@ def _sources(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
                 )
                 pods = directory
-            if settings.read_auth == "kubernetes" and api_client is not None:
-                app[READ_AUTH] = KubernetesReads(
+            reviews = None
+            if api_client is not None:  # one cache of reviews: pushes', reads' and sign-ins'
+                reviews = Reviews(
                     client.AuthenticationV1Api(api_client),
                     client.AuthorizationV1Api(api_client),
-                    partial(_gpu_namespaces, pods),
                     settings.read_auth_ttl,
                     settings.kube_request_timeout,
                 )
-            auth = _authenticator(settings, api_client, pods)
+            if settings.read_auth == "kubernetes" and reviews is not None:
+                app[READ_AUTH] = KubernetesReads(reviews, partial(_gpu_namespaces, pods))
+            auth = _authenticator(settings, reviews, pods)
             pushes = not isinstance(auth, Refuse)
             assignments = Assignments()  # pushed by agents, read by the allocation source
             if isinstance(pods, KubernetesDirectory) and (pushes or settings.allocations):
@@ -408,21 +413,28 @@ def _gpu_namespaces(pods: PodDirectory) -> set[str]:
     return {holding.pod.namespace for holding in pods.holdings()}
 
 
+def _node_of_pod(pods: PodDirectory, uid: str) -> str | None:
+    """The node of the pod ``uid`` as the pod watch knows it now: a pusher's binding."""
+    pod = pods.pod(uid)
+    return None if pod is None else pod.node
+
+
 def _authenticator(
-    settings: CollectorSettings, api: client.ApiClient | None, pods: PodDirectory
+    settings: CollectorSettings, reviews: Reviews | None, pods: PodDirectory
 ) -> Authenticator:
     mode: str = settings.push_auth
     if mode == "auto":
-        mode = "tokenreview" if api is not None else "token" if settings.push_token_file else "off"
-    if mode == "tokenreview" and api is not None:
+        mode = (
+            "tokenreview" if reviews is not None else "token" if settings.push_token_file else "off"
+        )
+    if mode == "tokenreview" and reviews is not None:
         if not settings.push_service_accounts:
             return Refuse("no service account may push: set --push-service-accounts")
         return TokenReviewAuth(
-            client.AuthenticationV1Api(api),
+            reviews,
             settings.push_audience,
             settings.push_service_accounts,
-            pods,
-            settings.kube_request_timeout,
+            partial(_node_of_pod, pods),
         )
     if mode == "token" and settings.push_token_file is not None:
         return SharedToken(settings.push_token_file)

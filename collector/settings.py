@@ -124,7 +124,9 @@ class CollectorSettings(FileSettings):
         description="Who may read: none = anyone who reaches the port; basic = the web config's basic_auth_users; kubernetes = bearer tokens checked with TokenReview and SubjectAccessReview (cluster readers and namespace tenants).",
     )
     read_auth_ttl: float = Field(
-        60.0, gt=0, description="Seconds a token's review and an identity's access are cached."
+        60.0,
+        gt=0,
+        description="Seconds a token's review (reads', sign-ins' and pushes': one cache) and an identity's access are cached.",
     )
     push_body_limit: int = Field(
         4 << 20, gt=0, description="Largest push body, in bytes, after decompression."

@@ -13,11 +13,13 @@ loopback, every wait bounded.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import ipaddress
 import json
 import re
 import secrets
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -200,6 +202,8 @@ class _UserToken:
     username: str
     groups: tuple[str, ...]
     expired: bool
+    expires: float | None = None
+    """Unix seconds after which reviews refuse it (a TokenRequest's ``exp``); None: never."""
 
 
 @dataclass(frozen=True)
@@ -408,12 +412,29 @@ class FakeKube:
         return token
 
     def issue_user_token(
-        self, username: str, groups: tuple[str, ...] = (), expired: bool = False
+        self,
+        username: str,
+        groups: tuple[str, ...] = (),
+        expired: bool = False,
+        expires: float | None = None,
     ) -> str:
         """Mint a token of ``username`` (``system:serviceaccount:ns:name`` for a service
-        account) bound to no pod, valid for any audience until revoked."""
+        account) bound to no pod, valid for any audience until revoked.
+
+        With ``expires`` (Unix seconds) it is shaped as the TokenRequest API's are, a JWT
+        (header, claims, signature, each base64url) whose claims carry ``exp``, and
+        reviews refuse it from then on; without, it is opaque.
+        """
         token = "fake-user." + secrets.token_urlsafe(24)
-        self._user_tokens[token] = _UserToken(username, (*groups, "system:authenticated"), expired)
+        if expires is not None:
+            claims = {"sub": username, "exp": int(expires), "iat": int(time.time())}
+            token = ".".join(
+                base64.urlsafe_b64encode(json.dumps(part).encode()).rstrip(b"=").decode()
+                for part in ({"alg": "RS256", "typ": "JWT"}, claims)
+            )
+            token += "." + secrets.token_urlsafe(32)  # the signature: nobody checks it here
+        groups = (*groups, "system:authenticated")
+        self._user_tokens[token] = _UserToken(username, groups, expired, expires)
         return token
 
     def revoke_token(self, token: str) -> None:
@@ -566,7 +587,7 @@ class FakeKube:
         good for the audiences it shares with those asked (all its own if none were)."""
         reader = self._user_tokens.get(token)
         if reader is not None:
-            if reader.expired:
+            if reader.expired or (reader.expires is not None and time.time() >= reader.expires):
                 return {"user": {}, "error": "token has expired"}
             who = {"username": reader.username, "groups": list(reader.groups)}
             return {"authenticated": True, "user": who, "audiences": wanted}

@@ -8,7 +8,7 @@ layers below. A module may import its own layer or a lower one.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
+    ("collector.auth",),
     (
         "agent",
         "collector.compiled",
@@ -35,7 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("simulator",),
     ("collector.cli", "collector.__main__"),
 )
-"""Lowest first. The query engine reads the history's types only; sources never reach an output."""
+"""Lowest first. Who is asking (``collector.auth``) sits under every stage that asks it
+(sources' pushes, web's reads) and imports none of them. The query engine reads the
+history's types only; sources never reach an output."""
 
 FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("agent", "collector"),
@@ -156,3 +159,99 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path: Path) -> None:
     found = list(_imports("collector.store", source))
     assert found == ["collector.web.metrics", "collector"]
     assert _layer("collector.web.metrics") > _layer("collector.store")  # type: ignore[operator]
+
+
+AUTH = "collector.auth"
+"""The one package that reads credentials and asks the API server about them."""
+REVIEW_CALLS = frozenset(
+    {
+        "create_token_review",
+        "create_subject_access_review",
+        "V1TokenReview",
+        "V1SubjectAccessReview",
+    }
+)
+"""What reviewing a token or an identity's rights takes from kubernetes_asyncio."""
+
+
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def _names_the_header(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.lower() == "authorization"
+    return isinstance(node, ast.Attribute) and node.attr == "AUTHORIZATION"  # aiohttp.hdrs
+
+
+def _writes(node: ast.AST, parent: ast.AST | None) -> bool:
+    """Whether the header name is used to build an outgoing request's headers:
+    ``headers["Authorization"] = ...`` or a dict literal's key."""
+    if isinstance(parent, ast.Subscript) and parent.slice is node:
+        return isinstance(parent.ctx, ast.Store)
+    return isinstance(parent, ast.Dict) and any(key is node for key in parent.keys)
+
+
+def _header_reads(source: str) -> list[int]:
+    """Lines of ``source`` that read the ``Authorization`` header (name it other than to set it)."""
+    tree = ast.parse(source)
+    parents = _parents(tree)
+    return [
+        node.lineno  # type: ignore[attr-defined]
+        for node in ast.walk(tree)
+        if _names_the_header(node) and not _writes(node, parents.get(node))
+    ]
+
+
+def _review_calls(source: str) -> list[int]:
+    """Lines of ``source`` naming what a TokenReview or SubjectAccessReview is made with."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if (isinstance(node, ast.Attribute) and node.attr in REVIEW_CALLS)
+        or (isinstance(node, ast.Name) and node.id in REVIEW_CALLS)
+        or (isinstance(node, ast.alias) and node.name in REVIEW_CALLS)
+    ]
+
+
+def _outside_auth(find: Callable[[str], list[int]]) -> list[str]:
+    return [
+        f"{module}:{line}"
+        for module, path in _modules()
+        if not _within(module, AUTH)
+        for line in find(path.read_text())
+    ]
+
+
+def test_only_auth_reads_the_authorization_header() -> None:
+    """Credentials are read in one place: one parser, one set of rules for Bearer and Basic."""
+    assert _outside_auth(_header_reads) == []
+    assert _header_reads((ROOT / "collector" / "auth" / "headers.py").read_text()) != []
+
+
+def test_only_auth_reviews_tokens() -> None:
+    """One TokenReview client and cache: pushes, reads and sign-ins share it."""
+    assert _outside_auth(_review_calls) == []
+    assert _review_calls((ROOT / "collector" / "auth" / "reviews.py").read_text()) != []
+
+
+def test_the_auth_rules_catch_a_reader_and_let_a_writer_be() -> None:
+    """The rules are not vacuous: each way of reading the header or making a review is found;
+    setting the header on an outgoing request is not a read."""
+    reads = """
+token = request.headers.get("Authorization", "")
+if "authorization" in request.headers:
+    pass
+value = request.headers[hdrs.AUTHORIZATION]
+"""
+    assert _header_reads(reads) == [2, 3, 5]
+    writes = """
+headers["Authorization"] = f"Bearer {token}"
+sent = {"Authorization": basic.encode(), "Accept": "*/*"}
+"""
+    assert _header_reads(writes) == []
+    reviews = """
+from kubernetes_asyncio.client import V1TokenReview
+await api.create_subject_access_review(review)
+"""
+    assert _review_calls(reviews) == [2, 3]

@@ -3,7 +3,7 @@
 A collector whose history holds namespaces ``A``, ``B`` and ``AB``, cards and
 the collector's own series (``fuzz/tenant_promql.py``: ``A``'s values are
 small, everything else's a million or more). A test-only middleware sets the
-request's :class:`~collector.web.access.Access` from ``X-Test-Tenant: A,B``
+request's :class:`~collector.auth.access.Access` from ``X-Test-Tenant: A,B``
 (absent: a cluster reader; empty: a tenant of no namespace). Each read is made
 as tenant ``A``, which must see nothing of the others, and as a cluster reader,
 which must see them: so the read does reach them and the tenant's answer is
@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.app import STORE, build_app
+from collector.auth.access import ACCESS, Access
 from collector.promql.plan import (
     SelectorNode,
     children,
@@ -37,7 +38,6 @@ from collector.promql.plan import (
 )
 from collector.promql.query import Prepared
 from collector.settings import CollectorSettings
-from collector.web.access import ACCESS, Access
 from fuzz import tenant_promql
 from fuzz.tenant_promql import B_ONLY, CARD, OWN, TENANT, X, Y, check, fill
 

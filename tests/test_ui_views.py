@@ -23,13 +23,13 @@ from helpers import eventually, holds, serving
 
 from collector import labelsets, schema
 from collector.app import STORE, build_app
+from collector.auth.access import ACCESS, Access
 from collector.batch import Batch, Source
 from collector.promql.engine import Engine
 from collector.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.store import Store
 from collector.tsdb.history import History
-from collector.web.access import ACCESS, Access
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import Chargeback, Window
 from collector.web.rest.models import UsageReport

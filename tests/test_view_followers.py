@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rest import NOW, fill, simulated, source
 
+from collector.auth.access import CLUSTER
 from collector.store import Store
-from collector.web.access import CLUSTER
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.presented import Presented
 from collector.web.ui.overview import Ledger

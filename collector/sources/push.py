@@ -18,12 +18,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from collector import labelsets, schema
+from collector.auth.headers import bearer
+from collector.auth.pushers import Authenticator, AuthError
 from collector.batch import Batch, Series, Source
 from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources import nvmlview
 from collector.sources.assignments import Assignments
-from collector.sources.auth import Authenticator, AuthError
 from collector.sources.inflate import WBITS, Inflate, InflateError
 from collector.sources.pods import PodDirectory, PodRef
 from collector.store import Store
@@ -256,10 +257,8 @@ class PushReceiver:
         limit = self._config.body_limit
         if request.content_length is not None and request.content_length > limit:
             raise _Refused(413, "too_large", f"body of {request.content_length} bytes > {limit}")
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip() if header[:7].lower() == "bearer " else None
         try:
-            caller = await self._auth.authenticate(token)
+            caller = await self._auth.authenticate(bearer(request))
         except AuthError as exc:
             raise _Refused(exc.status, _REASONS.get(exc.status, "unavailable"), str(exc)) from None
         body = await _read(request, limit)

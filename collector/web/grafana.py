@@ -17,7 +17,7 @@ and no alerts, each validated as 2.42 validates it (``web/api/v1/api.go`` at
   ``invalid parameter "query": ...``.
 
 None of them carries data of any series, so a tenant
-(:class:`~collector.web.access.Access` with namespaces) gets the same answers
+(:class:`~collector.auth.access.Access` with namespaces) gets the same answers
 as a cluster reader.
 """
 

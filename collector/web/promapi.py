@@ -10,7 +10,7 @@ Every query goes through the collector's one engine
 (one more answers 429), its timeout and sample limit, its worker thread. The
 answer is shaped in that thread too (a range query's JSON body included).
 
-A tenant (:class:`~collector.web.access.Access` with namespaces) sees only
+A tenant (:class:`~collector.auth.access.Access` with namespaces) sees only
 its namespaces' series, as behind prom-label-proxy: every selector of its
 queries and every ``match[]`` of its series, labels and label values reads gets
 ``namespace=~"<its namespaces>"`` added (:func:`~collector.promql.plan.restrict`),
@@ -37,6 +37,7 @@ from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
 from collector import __version__, schema
+from collector.auth.access import Access, access_of
 from collector.promql.engine import Engine, Queries, Unavailable
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
@@ -45,7 +46,6 @@ from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
 from collector.store import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
-from collector.web.access import Access, access_of
 from collector.web.promjson import matrix_body
 
 PREFIX = "/prometheus/api/v1"

@@ -25,7 +25,8 @@ Honoured:
   (Go ends the handshake instead). It needs a ``client_auth_type`` that verifies.
 * ``http_server_config.headers``: the five headers Go allows, with Go's allowed values,
   added to every response.
-* ``basic_auth_users``: user -> bcrypt hash, checked with the ``bcrypt`` library.
+* ``basic_auth_users``: user -> bcrypt hash, checked by
+  :class:`collector.auth.users.BasicUsers` (which says what a check costs).
 
 Refused, with why:
 
@@ -52,50 +53,35 @@ a half-written file) leaves the last good one serving, logs one line and is coun
 (:attr:`TLSFiles.reload_errors`); the next change is tried again. The rest of the
 file (users, headers, versions) is read at start only.
 
-Basic auth: a bcrypt check costs about 250 ms at cost 12 (bcrypt's default; ~60 ms at
-cost 10, measured on this project's build machine), by design, so a successful check is
-remembered for :data:`AUTH_CACHE_SECONDS`, keyed by a keyed hash of the user and
-password, and checks run in a worker thread, never on the event loop. A wrong or
-missing credential gets 401 with ``WWW-Authenticate: Basic`` and never says which part
-was wrong; an unknown user costs the same bcrypt check as a known one.
+A wrong or missing basic-auth credential gets 401 with ``WWW-Authenticate: Basic``
+and never says which part was wrong.
 ``/healthz`` and ``/readyz`` need no credential and no SAN: kubelets' probes carry neither.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import hashlib
-import hmac
 import ipaddress
 import logging
 import os
 import re
-import secrets
 import ssl
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import bcrypt
 import yaml
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client.core import CounterMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from collector.auth.users import BasicUsers
 from collector.web.errors import error_response
 
 log = logging.getLogger(__name__)
 
-AUTH_CACHE_SECONDS = 60.0
-"""How long a successful basic-auth check is remembered."""
-AUTH_CACHE_SIZE = 1024
-"""Most remembered checks; the oldest go first."""
 STAT_EVERY = 1.0
 """Least seconds between two looks at the TLS files' ``os.stat``."""
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -229,7 +215,7 @@ class WebConfig:
         self.tls = TLSFiles(tls, base) if tls is not None else None
         self.allowed_sans = frozenset(tls.client_allowed_sans) if tls is not None else frozenset()
         self.headers = dict(file.http_server_config.headers)
-        self.auth = BasicAuth(file.basic_auth_users) if file.basic_auth_users else None
+        self.auth = BasicUsers(file.basic_auth_users) if file.basic_auth_users else None
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -509,54 +495,6 @@ def _read(path: Path, key: str) -> str:
         raise WebConfigError(f"{key}: cannot read {path}: {_why(exc)}") from None
 
 
-class BasicAuth:
-    """``basic_auth_users``: checks ``Authorization: Basic``, remembering successes a while."""
-
-    def __init__(self, users: Mapping[str, str], ttl: float = AUTH_CACHE_SECONDS) -> None:
-        self._users = {user: hashed.encode() for user, hashed in users.items()}
-        self._ttl = ttl
-        self._key = secrets.token_bytes(32)
-        self._good: OrderedDict[bytes, float] = OrderedDict()
-        cost = int(next(iter(self._users.values()))[4:6])
-        # an unknown user costs one check too: the time taken says nothing about who exists
-        self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(cost))
-
-    async def check(self, header: str | None) -> bool:
-        """Whether ``header`` (the request's Authorization) names a user and their password."""
-        found = _basic(header)
-        if found is None:
-            return False
-        user, password = found
-        key = hmac.new(self._key, user + b"\0" + password, hashlib.sha256).digest()
-        now = time.monotonic()
-        until = self._good.get(key)
-        if until is not None and until > now:
-            return True
-        hashed = self._users.get(user.decode(errors="replace"))
-        ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed or self._decoy)
-        if not ok or hashed is None:
-            return False
-        self._good[key] = now + self._ttl
-        self._good.move_to_end(key)
-        while len(self._good) > AUTH_CACHE_SIZE:
-            self._good.popitem(last=False)
-        return True
-
-
-def _basic(header: str | None) -> tuple[bytes, bytes] | None:
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(value.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    user, sep, password = decoded.partition(b":")
-    return (user, password) if sep else None
-
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -596,7 +534,7 @@ def web_middleware(config: WebConfig) -> Middleware:
             response = error_response(
                 request.path, 403, "the client certificate has none of the allowed names"
             )
-        elif auth is not None and not await auth.check(request.headers.get("Authorization")):
+        elif auth is not None and not await auth.check(request):
             response = error_response(
                 request.path, 401, "authentication required", headers=dict(challenge)
             )

@@ -27,10 +27,10 @@ from typing import cast
 from aiohttp import web
 from multidict import MultiMapping
 
+from collector.auth.access import access_of
 from collector.promql.engine import Engine, Queries
 from collector.promql.query import MAX_POINTS_PER_SERIES
 from collector.promql.values import QueryError, RangeSeries
-from collector.web.access import access_of
 from collector.web.promapi import parse_time
 from collector.web.rest.endpoints import USAGE
 from collector.web.rest.models import ApiError, UsageGroup, UsageReport

@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
+from collector.auth.access import Access, access_of
 from collector.store import Store
-from collector.web.access import Access, access_of
 from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pydantic_core
 
 from collector import labelsets
-from collector.web.access import Access
+from collector.auth.access import Access
 from collector.web.rest.models import (
     CardUsage,
     ContainerRow,

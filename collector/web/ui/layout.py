@@ -19,7 +19,8 @@ import jinja2
 from aiohttp import web
 from markupsafe import Markup, escape
 
-from collector.web.access import access_of
+from collector.auth.access import access_of
+from collector.auth.signin import signed_in
 from collector.web.ui import charts, units
 from collector.web.ui.layout_template import FRAME
 
@@ -83,11 +84,13 @@ def render(
     links: Sequence[Link] = (),
     interval: float = 15.0,
     status: int = 200,
+    reload: bool = True,
 ) -> web.Response:
     """The page: ``title`` as its ``<h1>``, then ``body`` (HTML a view's template rendered,
     without a heading of its own), ``links`` in its footer; it reloads every ``interval``
-    seconds unless the URL has ``refresh=0``."""
-    refresh = request.query.get("refresh") != "0" and status == 200
+    seconds unless the URL has ``refresh=0`` or ``reload`` is false (a form would lose
+    what was typed). A reader signed in by the sign-in form gets a "Sign out" button."""
+    refresh = reload and request.query.get("refresh") != "0" and status == 200
     access = access_of(request)
     html = _FRAME.render(
         title=title,
@@ -97,6 +100,7 @@ def render(
         reader=""
         if access.cluster
         else f"{access.identity}: namespaces {', '.join(sorted(access.namespaces or ()))}",
+        signed_in=signed_in(request),
         links=links,
         rendered_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         refresh_ms=max(1000, round(interval * 1000)) if refresh else 0,

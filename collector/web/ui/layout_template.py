@@ -1,7 +1,8 @@
 """The page frame every view of :mod:`collector.web.ui` shares: one Jinja template.
 
 No script but the reload below, no font, no file from elsewhere: a page renders
-wherever the collector is reachable. The reload runs every collector interval
+wherever the collector is reachable. A reader signed in by the sign-in form
+(:mod:`collector.web.ui.login`) gets a "Sign out" button: a form, no script. The reload runs every collector interval
 unless the URL says ``refresh=0`` (the server then leaves it out too).
 """
 
@@ -46,6 +47,12 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .tile .muted { color: inherit; opacity: .8; }
 .tile.failing, .tile.stale, .tile.unreported { border: 2px dashed #a51d2d; }
 .pages { margin: .6em 0; }
+header .signout { margin-left: auto; }
+header .signout button { font: inherit; color: #cfe0fa; background: none; border: 1px solid #cfe0fa; border-radius: 3px; padding: 0 .5em; cursor: pointer; }
+form.signin { display: grid; gap: .5em; max-width: 40em; margin: 1em 0; }
+form.signin input { font: inherit; padding: .3em .4em; }
+form.signin button { justify-self: start; font: inherit; padding: .2em 1em; }
+.error { color: #a51d2d; font-weight: 600; }
 footer { margin: 2em 1.5em; color: #6b7280; font-size: .9em; }
 footer code { font-size: .95em; }
 </style>
@@ -57,7 +64,10 @@ footer code { font-size: .95em; }
 <a href="{{ href }}"{% if href == current %} aria-current="page"{% endif %}>{{ label }}</a>
 {%- endfor %}
 </nav>
-<span class="muted">{{ reader }}</span></header>
+<span class="muted">{{ reader }}</span>
+{%- if signed_in %}
+<form id="signout" class="signout" method="post" action="/logout"><button type="submit">Sign out</button></form>
+{%- endif %}</header>
 <main>
 <h1>{{ title }}</h1>
 {{ body }}

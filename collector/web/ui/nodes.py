@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
+from collector.auth.access import Access, access_of
 from collector.store import Store
-from collector.web.access import Access, access_of
 from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.endpoints import NODE_SORT_FIELDS
 from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary

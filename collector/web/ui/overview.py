@@ -26,9 +26,9 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from collector.auth.access import Access, access_of
 from collector.sources.scrape import ScrapeManager
 from collector.store import Store
-from collector.web.access import Access, access_of
 from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.chargeback import IDLE_AFTER
 from collector.web.rest.presented import Presented

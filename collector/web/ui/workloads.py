@@ -25,10 +25,10 @@ from typing import Any, cast
 from aiohttp import web
 
 from collector import schema
+from collector.auth.access import Access, access_of
 from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
 from collector.store import Store
-from collector.web.access import Access, access_of
 from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
 from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
 from collector.web.rest.models import ContainerRow

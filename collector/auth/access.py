@@ -1,6 +1,6 @@
 """Who is reading, and what they may see: the one value every read surface filters by.
 
-The read-authorization middleware (:mod:`collector.web.readauth`) puts an
+The read-authorization middleware (:mod:`collector.auth.readers`) puts an
 :class:`Access` on each request it lets through; every surface (the Prometheus
 API, REST, chargeback, ``/metrics``, the status page) reads it with
 :func:`access_of` and filters *before* it computes anything. Without read

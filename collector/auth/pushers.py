@@ -7,28 +7,20 @@ authentication on a loopback-only collector).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import logging
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from collector.sources.pods import PodDirectory
-
-log = logging.getLogger(__name__)
+from collector.auth.reviews import Rejected, Reviews, Unavailable
 
 _EXTRA = "authentication.kubernetes.io/"
 _SA_PREFIX = "system:serviceaccount:"
 
 
 class AuthError(Exception):
-    """A refused caller: ``status`` is 401 (who are you?) or 403 (not allowed)."""
+    """A refused caller: ``status`` is 401 (who are you?), 403 (not allowed) or 503 (cannot check now)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -99,13 +91,8 @@ class SharedToken:
         return self._token
 
 
-@dataclass(frozen=True, slots=True)
-class _Reviewed:
-    """What a TokenReview said of a token: who, and its node or the pod that gives it."""
-
-    name: str
-    node: str | None
-    pod_uid: str | None
+NodeOfPod = Callable[[str], str | None]
+"""The node of the pod with this UID, as the collector's pod watch knows it now (None: unknown)."""
 
 
 class TokenReviewAuth:
@@ -115,92 +102,54 @@ class TokenReviewAuth:
     (``namespace/name``, ``*`` for any namespace). Its node is the TokenReview's
     ``node-name`` extra where the cluster provides it, else the node of the pod
     it names, looked up at every push (the pod watch may not have seen a new
-    agent pod yet, so that answer is not cached). Reviews are cached for at most
-    ``cache_seconds`` (60 at most); an API server that cannot answer gives 503.
+    agent pod yet, so that answer is not cached). The review is the shared
+    :class:`~collector.auth.reviews.Reviews`' (cached there); an API server that
+    cannot answer gives 503.
     """
 
     def __init__(
         self,
-        api: client.AuthenticationV1Api,
+        reviews: Reviews,
         audience: str,
         service_accounts: list[str],
-        pods: PodDirectory,
-        request_timeout: float = 10.0,
-        cache_seconds: float = 60.0,
+        node_of_pod: NodeOfPod,
     ) -> None:
-        self._api = api
+        self._reviews = reviews
         self._audience = audience
         self._allowed = service_accounts
-        self._pods = pods
-        self._timeout = request_timeout
-        self._ttl = min(cache_seconds, 60.0)
-        self._cache: dict[bytes, tuple[float, _Reviewed | AuthError]] = {}
-        self._failure = ""
+        self._node_of_pod = node_of_pod
 
     async def authenticate(self, token: str | None) -> Caller:
         """Accept a token the API server vouches for, from an allowed service account."""
         if not token:
             raise AuthError(401, "no bearer token")
-        digest = hashlib.sha256(token.encode()).digest()
-        now = time.monotonic()
-        cached = self._cache.get(digest)
-        if cached is None or cached[0] <= now:
-            if len(self._cache) > 10_000:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            cached = (now + self._ttl, await self._review(token))
-            self._cache[digest] = cached
-        reviewed = cached[1]
-        if isinstance(reviewed, AuthError):
-            raise reviewed
-        if reviewed.node is not None:
-            return Caller(reviewed.name, reviewed.node)
-        pod = self._pods.pod(reviewed.pod_uid or "")
-        if pod is None:
+        try:
+            user = await self._reviews.token(token, self._audience)
+        except Unavailable as exc:
+            if exc.reached:
+                raise AuthError(503, "cannot check the token now") from None
+            raise AuthError(503, "cannot reach the API server to check the token") from None
+        if isinstance(user, Rejected):
+            raise AuthError(401, f"token not accepted: {user.error or 'not authenticated'}")
+        if self._audience not in user.audiences:
+            raise AuthError(401, f"token is not for audience {self._audience!r}")
+        if not user.name.startswith(_SA_PREFIX):
+            raise AuthError(403, f"{user.name} is not a service account")
+        namespace, _, name = user.name.removeprefix(_SA_PREFIX).partition(":")
+        if not any(_matches(allowed, namespace, name) for allowed in self._allowed):
+            raise AuthError(403, f"service account {namespace}/{name} may not push")
+        node, uid = _first(user.extra, "node-name"), _first(user.extra, "pod-uid")
+        if node is None and uid is None:
+            raise AuthError(403, "the token names neither a node nor a pod: not a bound pod token")
+        caller = f"{namespace}/{name}"
+        if node is not None:
+            return Caller(caller, node)
+        node = self._node_of_pod(uid or "")
+        if node is None:
             raise AuthError(
                 503, "the token's pod is not known (yet), so neither is its node; retry"
             )
-        return Caller(reviewed.name, pod.node)
-
-    def _failed(self, failure: str) -> None:
-        """Warn once while the same failure repeats: every unchecked push would repeat it."""
-        level = logging.DEBUG if failure == self._failure else logging.WARNING
-        log.log(level, "TokenReview failed: %s", failure)
-        self._failure = failure
-
-    async def _review(self, token: str) -> _Reviewed | AuthError:
-        review = client.V1TokenReview(
-            spec=client.V1TokenReviewSpec(token=token, audiences=[self._audience])
-        )
-        try:
-            answer: Any = await self._api.create_token_review(
-                review, _request_timeout=self._timeout
-            )
-        except ApiException as exc:
-            self._failed(f"{exc.status} {exc.reason}")
-            raise AuthError(503, "cannot check the token now") from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            self._failed(f"{type(exc).__name__}: {exc}")
-            raise AuthError(503, "cannot reach the API server to check the token") from None
-        self._failure = ""
-        status = answer.status
-        if not status or not status.authenticated:
-            return AuthError(
-                401, f"token not accepted: {getattr(status, 'error', None) or 'not authenticated'}"
-            )
-        if self._audience not in (status.audiences or []):
-            return AuthError(401, f"token is not for audience {self._audience!r}")
-        user = status.user
-        username = user.username or ""
-        if not username.startswith(_SA_PREFIX):
-            return AuthError(403, f"{username} is not a service account")
-        namespace, _, name = username.removeprefix(_SA_PREFIX).partition(":")
-        if not any(_matches(allowed, namespace, name) for allowed in self._allowed):
-            return AuthError(403, f"service account {namespace}/{name} may not push")
-        extra = user.extra or {}
-        node, uid = _first(extra, "node-name"), _first(extra, "pod-uid")
-        if node is None and uid is None:
-            return AuthError(403, "the token names neither a node nor a pod: not a bound pod token")
-        return _Reviewed(f"{namespace}/{name}", node, uid)
+        return Caller(caller, node)
 
 
 def _matches(allowed: str, namespace: str, name: str) -> bool:
