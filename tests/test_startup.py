@@ -190,8 +190,8 @@ async def test_readyz_waits_for_the_query_engine_s_compiled_loops(
                 return resp.status == 200
 
         await eventually(ready, 60, "ready once the loops are compiled")
-        (warmup,) = app[METRICS].warmup.collect()
-        assert warmup.samples[0].value > 0
+        (gauge,) = app[METRICS].warmup.collect()
+        assert gauge.samples[0].value > 0
 
 
 _KUBECONFIG = """
