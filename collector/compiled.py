@@ -33,13 +33,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _cache_folder(base: str) -> str:
-    """The folder under ``base`` for this version of the collector's sources ("" for none)."""
+    """The folder under ``base`` for this version of the collector's sources ("" for none), and
+    for numba's bounds checking (the loops compiled under it are other code)."""
     if not base:
         return ""
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).parent.rglob("*.py")):
         digest.update(path.read_bytes())
-    return str(Path(base) / f"collector-{numba.__version__}-{digest.hexdigest()[:16]}")
+    checked = "-boundscheck" if os.environ.get("NUMBA_BOUNDSCHECK") == "1" else ""
+    return str(Path(base) / f"collector-{numba.__version__}-{digest.hexdigest()[:16]}{checked}")
 
 
 _CACHE = _cache_folder(os.environ.get("NUMBA_CACHE_DIR", ""))

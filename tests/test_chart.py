@@ -384,6 +384,12 @@ def test_collector_deployment_and_service(rendered: dict[str, list[Doc]]) -> Non
     assert "startupProbe" not in c
     live = c["livenessProbe"]
     assert live["periodSeconds"] * live["failureThreshold"] >= 60
+    # a restarted container loads the compiled loops from the pod's emptyDir
+    cache = next(e["value"] for e in c["env"] if e["name"] == "NUMBA_CACHE_DIR")
+    tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert cache.startswith("/tmp/")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert "emptyDir" in next(v for v in volumes if v["name"] == tmp["name"])
     service = one(docs, "Service", FULLNAME)
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [

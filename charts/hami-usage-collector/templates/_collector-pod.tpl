@@ -44,6 +44,11 @@ template:
         env:
           - name: HAMI_COLLECTOR_LISTEN
             value: "0.0.0.0:9396"
+          # The query engine's compiled loops, kept in the pod's /tmp (an emptyDir, which
+          # outlives a container's restart): a restarted container loads them and is ready
+          # in about a second instead of compiling for 10-30 s.
+          - name: NUMBA_CACHE_DIR
+            value: /tmp/numba
           - name: HAMI_COLLECTOR_KUBERNETES
             value: "true"
           - name: HAMI_COLLECTOR_FLAVOURS
