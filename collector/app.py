@@ -37,30 +37,31 @@ from collector.auth.readers import (
     read_auth_middleware,
 )
 from collector.auth.reviews import Reviews
-from collector.normalise import PassThrough
+from collector.memory import heap, malloc
+from collector.normalise.bodies import PassThrough
+from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
 from collector.remote.queue import QueueConfig
 from collector.remote.status import remote_panel
 from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
-from collector.schema import SourceKind
 from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
-from collector.sources.allocations import AllocationConfig, AllocationSource
-from collector.sources.assignments import Assignments
+from collector.sources.allocation_series import AllocationConfig, AllocationSource
 from collector.sources.files import FileDiscovery, load_targets
+from collector.sources.kubelet_devices import Assignments
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
 from collector.sources.push import PushConfig, PushReceiver
 from collector.sources.scrape import ScrapeConfig, ScrapeManager
 from collector.sources.targets import Target
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
+from collector.views.cache import NodeCache
 from collector.web import health
 from collector.web.errors import HANDLER_ARGS, envelope_errors, error_response
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.promjson import matrix_body
-from collector.web.rest.cache import NodeCache
 from collector.web.rest.chargeback import IDLE_AFTER, Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
@@ -72,7 +73,6 @@ from collector.web.ui.overview import Overview
 from collector.web.ui.trend import Trend
 from collector.web.ui.workloads import WorkloadViews
 from collector.web.webconfig import TLSReloads, WebConfig, web_middleware
-from core import heap, malloc
 from core.shards import Shard
 from core.tasks import Supervisor
 

@@ -182,8 +182,8 @@ def _serve(settings: CollectorSettings) -> int:
     from aiohttp import web
 
     from collector.app import StartupError, build_app
+    from collector.memory.malloc import set_policy
     from collector.web import webconfig
-    from core.malloc import set_policy
 
     # RSS must not step up for good after each oversized body, and a query's large arrays
     # must not wait on huge pages' first touch

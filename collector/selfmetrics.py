@@ -20,13 +20,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from collector import __version__, labelsets
-from collector.allocation import REASONS
-from collector.batch import Batch, Source
+from collector import __version__
 from collector.compiled import specialisations
 from collector.exposition.render import format_value, render_header
-from collector.schema import Flavour
-from collector.store import Store
+from collector.normalise import labelsets
+from collector.normalise.allocation import REASONS
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import Flavour
+from collector.store.latest import Store
 from collector.tsdb.history import History
 from core.registry import WithoutCreated
 

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from collector.normalise.schema import RANKED_KINDS, Flavour
 from collector.promql.engine import EngineLimits
-from collector.schema import RANKED_KINDS, Flavour
 from core.durations import duration
 from core.settings import CommaList, FileSettings, SettingError, is_loopback, parse_listen
 from core.shards import Shard

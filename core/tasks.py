@@ -119,7 +119,7 @@ class Supervised:
             # A cancelled task keeps its CancelledError until someone asks for it, and
             # the error's traceback holds the frames of _guard (this object, so the task)
             # and of what it ran (a target's scrape loop with its caches): a reference
-            # cycle, freed only by a full collection, which core.heap makes rare. Taken
+            # cycle, freed only by a full collection, which collector.memory.heap makes rare. Taken
             # out here, the error goes, and with it all the task held, at once.
             with contextlib.suppress(asyncio.CancelledError):
                 self._task.result()

@@ -24,7 +24,7 @@ from multidict import MultiDict
 
 from agent.hamicore import RegionError, read_region
 from collector.app import build_app
-from collector.normalise import Normaliser
+from collector.normalise.bodies import Normaliser
 from collector.promql.query import prepare_instant
 from collector.promql.values import QueryError
 from collector.settings import CollectorSettings

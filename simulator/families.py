@@ -18,7 +18,7 @@
     for pods annotated ``gpu-fraction`` or ``gpu-memory``; no MIG, no build info.
 
 These are monitor versions, not the collector's discovery flavours
-(:class:`collector.schema.Flavour`): legacy HAMi is discovered as HAMi.
+(:class:`collector.normalise.schema.Flavour`): legacy HAMi is discovered as HAMi.
 """
 
 from __future__ import annotations

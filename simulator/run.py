@@ -20,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from collector.app import build_app
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 from collector.settings import CollectorSettings
 from core import logs
 from core.settings import parse_listen

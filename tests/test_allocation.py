@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from helpers import eventually, prometheus_tool, running_collector
 
-from collector.allocation import MIB, Grant, parse_quantity, pod_allocation
 from collector.exposition.parse import parse
-from collector.sources.allocations import node_batch
+from collector.normalise.allocation import MIB, Grant, parse_quantity, pod_allocation
+from collector.sources.allocation_series import node_batch
 from collector.sources.pods import StaticDirectory, claim_of, pod_ref, slice_devices
 from simulator.agents import SimulatedDirectory, claim_uid
 from simulator.cluster import build_cluster

@@ -25,9 +25,9 @@ from agent.cgroups import ProcOwners
 from agent.kubelet import PodResourcesReader
 from agent.nvml import NvmlSampler
 from agent.xid import XidWatcher
-from collector import labelsets, schema
 from collector.exposition.parse import parse_series
-from collector.sources.assignments import Assignments
+from collector.normalise import labelsets, schema
+from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import StaticDirectory, pod_ref
 from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Payload

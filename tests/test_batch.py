@@ -6,8 +6,8 @@ from array import array
 
 import pytest
 
-from collector.batch import Series
-from collector.normalise import Normaliser
+from collector.normalise.batch import Series
+from collector.normalise.bodies import Normaliser
 
 
 def test_packed_series_read_as_a_mapping() -> None:

@@ -6,12 +6,12 @@ Agents restart under new instance names, nodes leave and join: the lines of
 
 from __future__ import annotations
 
-from collector.batch import Batch, Source
 from collector.exposition.parse import parse
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.remote.encode import Heads
-from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 
 
 def _agent(node: str, instance: int) -> Source:

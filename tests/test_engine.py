@@ -18,12 +18,12 @@ import pytest
 from aiohttp import web
 from helpers import eventually, holds, running_collector
 
-from collector import labelsets, schema
 from collector.app import ENGINE, STORE
-from collector.batch import Batch, Source
+from collector.normalise import labelsets, schema
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine, EngineLimits, Queries, Unavailable
 from collector.promql.values import QueryError
-from collector.schema import SourceKind
 from collector.tsdb.history import History
 
 GIB = float(1 << 30)

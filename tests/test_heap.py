@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 from helpers import eventually, holds
 
-from core import heap
+from collector.memory import heap
 
 
 class Node:

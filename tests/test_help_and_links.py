@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from collector.app import STORE
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.rest.handlers import RestApi
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.batch import Series
-from collector.exposition.render import key_labels
+from collector.normalise.batch import Series
+from collector.normalise.labelsets import key_labels
 from collector.promql.query import instant_query, range_query
 from collector.promql.values import Element
 from collector.tsdb.blocks import OpenBlock, Segment, pack

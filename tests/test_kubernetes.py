@@ -23,7 +23,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
 from collector.app import SCRAPER, STORE
 from collector.exposition.parse import parse
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 from collector.sources.kubernetes import Backoff, KubernetesDiscovery, Timeouts, pod_target
 from collector.sources.targets import Target
 from simulator.cluster import build_cluster

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from collector import labelsets, schema
+from hypothesis import given
+from hypothesis import strategies as st
+
 from collector.exposition.parse import Labels
-from collector.exposition.render import key_labels
-from collector.normalise import Normaliser
-from collector.sources.allocations import node_batch
+from collector.normalise import labelsets, schema
+from collector.normalise.bodies import Normaliser
+from collector.normalise.labelsets import key_labels, series_key
+from collector.sources.allocation_series import node_batch
 from collector.sources.pods import StaticDirectory, pod_ref
 from collector.sources.push import to_batch
 from core.payload import Card, Device, Payload, Region
@@ -106,3 +109,18 @@ def test_keys_of_a_shared_label_text_equal_keys_made_one_by_one() -> None:
     labels = labelsets.vgpu("team-a", 'pod "q"', "main", 3, UUID)
     families = (schema.MEMORY_ALLOCATED, schema.IDLE)
     assert labelsets.keys(families, labels) == tuple(labelsets.key(f, labels) for f in families)
+
+
+@given(
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=1).map(
+        lambda s: "m_" + "".join(c for c in s if c.isalnum() or c == "_")
+    ),
+    st.dictionaries(
+        st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True),
+        st.text(alphabet=st.sampled_from('ab\\"\n{},=é '), max_size=12),
+        max_size=5,
+    ),
+)
+def test_a_key_decodes_to_what_made_it(name: str, labels: dict[str, str]) -> None:
+    """Escaped or not, :func:`key_labels` is :func:`series_key`'s inverse."""
+    assert key_labels(series_key(name, labels.items())) == (name, tuple(sorted(labels.items())))

@@ -10,12 +10,12 @@ import sys
 import pytest
 from helpers import eventually, holds
 
-from core import malloc
+from collector.memory import malloc
 
 # Run in a child: the test process' own allocator state is not ours to change.
 _OUTSIDE = """
 import sys
-from core.malloc import pin_thresholds
+from collector.memory.malloc import pin_thresholds
 
 def rss_kib():
     with open("/proc/self/status") as status:
@@ -52,7 +52,7 @@ def test_outside_queries_a_buffer_freed_after_a_large_one_is_given_back() -> Non
 
 _QUERIES = """
 import resource, sys
-from core import malloc
+from collector.memory import malloc
 
 def rss_kib():
     with open("/proc/self/status") as status:
@@ -141,7 +141,7 @@ async def test_memory_goes_back_only_once_queries_are_quiet(
 def test_numpy_is_told_to_use_small_pages() -> None:
     child = (
         "from numpy._core import multiarray\n"
-        "from core.malloc import small_pages\n"
+        "from collector.memory.malloc import small_pages\n"
         "before = multiarray._get_madvise_hugepage()\n"
         "print(small_pages(), before, multiarray._get_madvise_hugepage())"
     )

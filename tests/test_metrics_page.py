@@ -14,12 +14,12 @@ from helpers import eventually, real_prometheus, running_collector, until_ready
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.app import STORE
-from collector.batch import Source
 from collector.exposition.parse import parse
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
+from collector.normalise.batch import Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.metrics import MetricsPage
 
 WEIRD = 'q"uote \\ back\nnew {br,ace}=ü中'

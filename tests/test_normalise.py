@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector import schema
-from collector.batch import Batch
 from collector.exposition.parse import ParseError, parse_series
-from collector.normalise import Normaliser, PassThrough
+from collector.normalise import schema
+from collector.normalise.batch import Batch
+from collector.normalise.bodies import Normaliser, PassThrough
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS
 from testing.oracle import expected_canonical

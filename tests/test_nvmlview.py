@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from collector import labelsets, schema
-from collector.allocation import Grant
 from collector.exposition.parse import parse_series
-from collector.sources.allocations import node_batch
-from collector.sources.assignments import Assignments
+from collector.normalise import labelsets, schema
+from collector.normalise.allocation import Grant
+from collector.sources.allocation_series import node_batch
+from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import StaticDirectory, pod_ref
 from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Assignment, Card, ContainerUsage, Device, Mig, Payload, Region

@@ -10,13 +10,13 @@ from typing import Any
 import aiohttp
 from helpers import eventually, scraping_collector
 
-from collector.batch import Batch, Source
 from collector.exposition.parse import parse
-from collector.exposition.render import series_key
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.labelsets import series_key
+from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfHistory, SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 

@@ -26,8 +26,8 @@ from helpers import (
 )
 
 from collector.app import ENGINE, STORE
+from collector.memory import malloc
 from collector.promql.query import Prepared
-from core import malloc
 from core.payload import Card, ContainerUsage, Payload
 from simulator.agents import SimulatedDirectory
 from simulator.cluster import build_cluster
@@ -514,7 +514,7 @@ async def test_the_app_s_memory_policy_follows_its_queries(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The application's own task switches the process' memory policy while a query runs and
-    back once it ended (core/malloc.py); the query path only says that it runs."""
+    back once it ended (collector/memory/malloc.py); the query path only says that it runs."""
     calls: list[str] = []
     monkeypatch.setattr(malloc, "for_queries", lambda: calls.append("queries"))
     monkeypatch.setattr(malloc, "queries_done", lambda: calls.append("done"))

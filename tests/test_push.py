@@ -19,7 +19,7 @@ from agent.app import Sampler
 from agent.nvml import NvmlSampler
 from collector.app import PUSH, STORE
 from collector.exposition.parse import parse, parse_series
-from collector.schema import NVML_VIEW_FAMILIES, VGPU_FAMILIES, SourceKind
+from collector.normalise.schema import NVML_VIEW_FAMILIES, VGPU_FAMILIES, SourceKind
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Card, Device, Payload, Region

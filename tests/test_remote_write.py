@@ -23,18 +23,18 @@ from prometheus_client import CollectorRegistry
 from receivers import Recorder, Switch, prometheus_receiver, victoria_metrics
 
 from collector.app import REMOTE
-from collector.batch import Batch, Source
 from collector.cli import ENV_PREFIX, parser
 from collector.exposition.parse import parse
-from collector.normalise import Normaliser
+from collector.normalise.batch import Batch, Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
 from collector.remote import encode
 from collector.remote.queue import Destination, QueueConfig, retry_after
 from collector.remote.stats import DestinationStats, RemoteStats
 from collector.remote.writer import RemoteWriter
-from collector.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.settings import CollectorSettings
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.metrics import MetricsPage
 from core.settings import load_settings
 from core.tasks import owned

@@ -20,13 +20,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from helpers import eventually
 
 from collector.app import STORE, build_app
-from collector.batch import Source
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
+from collector.normalise.batch import Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, NODE_SORT_FIELDS
 from collector.web.rest.handlers import RestApi
 from collector.web.rest.models import ContainerList, NodeDetail, NodeList, PodDetail

@@ -16,10 +16,10 @@ from helpers import eventually, holds
 from test_rest import NOW, Client, fill, get, simulated, source
 
 from collector.app import STORE, TASKS
-from collector.normalise import Normaliser
-from collector.store import Store
+from collector.normalise.bodies import Normaliser
+from collector.store.latest import Store
+from collector.views.cache import WARM_AFTER_READ_S, WARM_SLICE_S, NodeCache
 from collector.web import health
-from collector.web.rest.cache import WARM_AFTER_READ_S, WARM_SLICE_S, NodeCache
 from collector.web.rest.handlers import RestApi
 from core.tasks import RestartPolicy, Supervisor
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.web.rest.presented import container_row, row_json
-from collector.web.usage import ContainerReading
+from collector.views.presented import container_row, row_json
+from collector.views.usage import ContainerReading
 
 texts = st.text(st.characters(codec="utf-8"), max_size=8)
 counts = st.none() | st.integers(0, 2**63 - 1)

@@ -20,14 +20,14 @@ import pytest
 from helpers import eventually, holds, running_collector
 from yarl import URL
 
-from collector.batch import Batch
-from collector.normalise import Normaliser, PassThrough
-from collector.schema import Flavour, SourceKind
+from collector.normalise.batch import Batch
+from collector.normalise.bodies import Normaliser, PassThrough
+from collector.normalise.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.pull import Pull, ScrapeError
 from collector.sources.scrape import ScrapeConfig, ScrapeLoop, ScrapeManager, fetch
 from collector.sources.targets import Target
-from collector.store import Store
+from collector.store.latest import Store
 from core.tasks import Supervisor
 from simulator.cluster import build_cluster
 
@@ -317,7 +317,7 @@ async def test_a_removed_target_has_its_kept_connection_closed(
 async def test_a_removed_target_is_freed_at_once_not_left_to_the_cycle_collector(
     monitor: Monitor,
 ) -> None:
-    # core.heap keeps full collections rare, so what a dropped target held (its loop,
+    # collector.memory.heap keeps full collections rare, so what a dropped target held (its loop,
     # its normaliser's caches, its last batch) must go by reference counting alone
     node = build_cluster(1, seed=4, flavours=("hami",))[0]
     node.step(1000.0)

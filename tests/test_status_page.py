@@ -22,9 +22,9 @@ from helpers import eventually, reserved_port, running_collector, scraping_colle
 from receivers import Recorder, prometheus_receiver
 
 from collector.app import STORE
-from collector.batch import Batch, Source
-from collector.exposition.render import series_key
-from collector.schema import MEMORY_ALLOCATED, SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.labelsets import series_key
+from collector.normalise.schema import MEMORY_ALLOCATED, SourceKind
 from collector.web.status import PAGE_ROWS, PANELS, Panel
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm

@@ -7,10 +7,10 @@ import random
 import pytest
 from test_history import rows
 
-from collector.batch import Batch, Source
-from collector.schema import SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher, is_stale
 

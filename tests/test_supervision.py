@@ -30,14 +30,14 @@ from agent.app import Sampler, serve
 from agent.push import Pusher
 from agent.settings import AgentSettings
 from collector.app import SCRAPER, STORE, TASKS, build_app
-from collector.batch import Batch, Source
 from collector.exposition.parse import parse
-from collector.exposition.render import series_key
-from collector.schema import SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.labelsets import series_key
+from collector.normalise.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.sources.files import FileDiscovery
 from collector.sources.kubernetes import KubernetesDiscovery
-from collector.store import Store
+from collector.store.latest import Store
 from core.payload import Payload
 from core.tasks import RestartPolicy, Supervisor, owned
 from simulator.cluster import build_cluster
@@ -129,7 +129,7 @@ async def test_a_crashed_task_is_restarted_counted_and_logged(
 
 
 async def test_a_stopped_task_and_what_it_ran_are_freed_without_a_cycle_collection() -> None:
-    # core.heap keeps full collections rare: a stopped task must not wait for one
+    # collector.memory.heap keeps full collections rare: a stopped task must not wait for one
     started = asyncio.Event()
 
     class Loop:

@@ -7,7 +7,7 @@ import asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.metrics import MetricsPage
 
 NAME = "hami_usage_collector_asyncio_tasks"

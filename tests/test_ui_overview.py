@@ -21,10 +21,10 @@ from helpers import eventually, running_demo
 from test_read_auth import TENANT, Reads, collector
 from test_status_page import with_agents
 
-from collector.batch import Batch, Source
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
-from collector.schema import SourceKind
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.web.rest.chargeback import IDLE_AFTER
 from collector.web.ui.layout import PAGE_ROWS

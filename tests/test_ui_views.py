@@ -21,16 +21,16 @@ import aiohttp
 from aiohttp import web
 from helpers import eventually, holds, serving
 
-from collector import labelsets, schema
 from collector.app import STORE, build_app
 from collector.auth.access import ACCESS, Access
-from collector.batch import Batch, Source
+from collector.normalise import labelsets, schema
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
-from collector.schema import SourceKind
 from collector.settings import CollectorSettings
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
-from collector.web.rest.cache import NodeCache
+from collector.views.cache import NodeCache
 from collector.web.rest.chargeback import Chargeback, Window
 from collector.web.rest.models import UsageReport
 from collector.web.ui.kinds import Kinds

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from test_rest import NOW, fill, simulated, source
 
 from collector.auth.access import CLUSTER
-from collector.store import Store
-from collector.web.rest.cache import NodeCache
-from collector.web.rest.presented import Presented
+from collector.store.latest import Store
+from collector.views.cache import NodeCache
+from collector.views.presented import Presented
 from collector.web.ui.overview import Ledger
 from collector.web.ui.workloads import Runs, Spec, contenders
 from simulator.node import SimulatedNode

@@ -47,7 +47,8 @@ from prometheus_client import CollectorRegistry
 from bench.kit.cluster import ROOT
 from bench.kit.processes import cpu_seconds, loopback_socket
 from bench.kit.table import write_result
-from collector.exposition.render import render_lines, series_key
+from collector.exposition.render import render_lines
+from collector.normalise.labelsets import series_key
 from collector.remote.encode import Heads
 from collector.remote.queue import Destination, QueueConfig
 from collector.remote.stats import RemoteStats

@@ -26,8 +26,8 @@ from bench.kit.processes import memory_mib
 from bench.query.fill import fill
 from bench.query.setup import HISTORY_MAX_POINTS, STALE_AFTER
 from collector.app import STORE, build_app
+from collector.memory.malloc import set_policy
 from collector.settings import CollectorSettings
-from core.malloc import set_policy
 
 NODES = 5000
 STEP = 15.0

@@ -22,9 +22,9 @@ from aiohttp import web
 
 from bench.kit.timing import median, percentile, settle, stopwatch
 from collector.app import METRICS, SCRAPER, STORE, TASKS, build_app
-from collector.batch import Batch, Source
-from collector.normalise import PassThrough
-from collector.schema import Flavour, SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.bodies import PassThrough
+from collector.normalise.schema import Flavour, SourceKind
 from collector.settings import CollectorSettings
 from collector.sources.scrape import ScrapeConfig, ScrapeManager
 from collector.sources.targets import Target

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.kit.cluster import HAMI, Cluster
 from bench.kit.timing import median, settle, stopwatch
-from collector.sources.allocations import AllocationConfig, AllocationSource
+from collector.sources.allocation_series import AllocationConfig, AllocationSource
 from collector.sources.pods import StaticDirectory
 from simulator.agents import SimulatedDirectory
 

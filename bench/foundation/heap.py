@@ -1,17 +1,17 @@
 """What the heap task's sweep and freeze cost at 1,000 nodes, against a plain full collection.
 
-Why: :mod:`core.heap` spaces its sweeps by their CPU time (``SWEEP_SHARE``), so
+Why: :mod:`collector.memory.heap` spaces its sweeps by their CPU time (``SWEEP_SHARE``), so
 the cost of one sweep at a cluster's size sets how often the frozen heap is
 cleared of its dead cycles there. The heap is a store of 1,000 HAMi nodes
 ingested over a few passes (history kept), their Normalisers, and a /metrics
 page built plain and gzipped. Three timings, CPU seconds of this thread, the
 median of :data:`REPEATS`:
 
-* sweep: :func:`core.heap.sweep` (give the permanent generation back, collect
+* sweep: :func:`collector.memory.heap.sweep` (give the permanent generation back, collect
   everything, freeze again);
 * peer: ``gc.collect()`` with nothing frozen, the full collection CPython
   starts on its own and that freezing keeps out of requests;
-* freeze: :func:`core.heap.freeze` after one more pass was ingested (what a
+* freeze: :func:`collector.memory.heap.freeze` after one more pass was ingested (what a
   tick of the task does between sweeps).
 
 Run: ``python -m bench heap [--nodes N]``; prints JSON.
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.kit.cluster import HAMI, NODES, Cluster
-from collector.normalise import Normaliser
+from collector.memory import heap
+from collector.normalise.bodies import Normaliser
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.metrics import MetricsPage
-from core import heap
 
 PASSES = 4
 REPEATS = 5

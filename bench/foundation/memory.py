@@ -51,9 +51,9 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from bench.kit.cluster import HAMI, MIXED, ROOT, Cluster
 from collector.exposition.parse import parse_series
-from collector.normalise import Normaliser
+from collector.normalise.bodies import Normaliser
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.web.metrics import MetricsPage
 

@@ -20,7 +20,7 @@ from typing import Any
 from bench.kit.cluster import HAMI, STEP, Cluster, warm
 from bench.kit.timing import median, settle, stopwatch
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from collector.web.metrics import MetricsPage
 
 GOAL_MS = 50.0

@@ -14,10 +14,10 @@ import functools
 from collections.abc import Sequence
 from pathlib import Path
 
-from collector.batch import Batch, Source
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
-from collector.store import Store
+from collector.normalise.batch import Batch, Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
+from collector.store.latest import Store
 from simulator.cluster import build_cluster
 from simulator.node import SimulatedNode
 from simulator.run import collector_flavour

@@ -35,9 +35,9 @@ def serve_collector(pods: PodDirectory, **settings: Any) -> None:
     from aiohttp import web
 
     from collector.app import build_app
+    from collector.memory.malloc import set_policy
     from collector.settings import CollectorSettings
     from core import logs
-    from core.malloc import set_policy
 
     set_policy()
     sock = loopback_socket()

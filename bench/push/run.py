@@ -76,13 +76,13 @@ from bench.kit.processes import (
     wait_healthy,
 )
 from bench.kit.timing import percentile
-from collector.batch import Source
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
+from collector.normalise.batch import Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import SeriesKeys, to_batch
-from collector.store import Store
+from collector.store.latest import Store
 from core.payload import Payload
 from simulator.cluster import build_cluster
 from testing.processes import stop

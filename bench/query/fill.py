@@ -22,10 +22,10 @@ from bench.query.setup import (
     TRACE_NODES,
     TRACE_ROUNDS,
 )
-from collector.batch import Source
-from collector.normalise import Normaliser
-from collector.schema import SourceKind
-from collector.store import Store
+from collector.normalise.batch import Source
+from collector.normalise.bodies import Normaliser
+from collector.normalise.schema import SourceKind
+from collector.store.latest import Store
 from simulator.cluster import build_cluster
 from testing.processes import stop
 

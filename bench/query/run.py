@@ -104,9 +104,9 @@ from bench.query.setup import (
 )
 from bench.query.size import traced_bytes_per_point, walked_bytes
 from collector.app import STORE, build_app
+from collector.memory import heap, malloc
 from collector.promql.query import instant_query, range_query
 from collector.settings import CollectorSettings
-from core import heap, malloc
 
 
 def _query_path(prefix: str, kind: str, now: float, step: float) -> str:

@@ -44,11 +44,11 @@ from bench.query.http import serve_and_time
 from bench.query.peer import Prometheus, remote_write
 from bench.query.setup import HISTORY_MAX_POINTS, HISTORY_RETENTION, PREFIX, SPAN, STALE_AFTER
 from collector.app import STORE, build_app
+from collector.memory import heap, malloc
 from collector.promql.query import prepare_range
 from collector.settings import CollectorSettings
 from collector.tsdb.series import Queryable
 from collector.web.promjson import matrix_body
-from core import heap, malloc
 
 STEP = 60.0
 SIZES = (80, 200)

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 from core.content import TEXT_CONTENT_TYPE
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS

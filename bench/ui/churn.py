@@ -15,8 +15,8 @@ import asyncio
 import time
 from array import array
 
-from collector.batch import Batch, Series
-from collector.store import Store
+from collector.normalise.batch import Batch, Series
+from collector.store.latest import Store
 
 TICK_S = 0.05
 """How often the batches due since the last tick are put (a scrape loop's wake-ups)."""

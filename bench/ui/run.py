@@ -41,7 +41,7 @@ from bench.query.setup import HISTORY_MAX_POINTS, STALE_AFTER
 from bench.ui.churn import Churn
 from collector.app import ENGINE, STORE, build_app
 from collector.settings import CollectorSettings
-from collector.web.rest.cache import NodeCache
+from collector.views.cache import NodeCache
 from collector.web.ui.trend import POINTS, SPAN, Trend
 
 NODES = 5000

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from collector.exposition.parse import Labels, parse_series
+from collector.exposition.parse import parse_series
 
 
 def escape_label_value(value: str) -> str:
@@ -25,29 +25,6 @@ def escape_help(text: str, openmetrics: bool) -> str:
     """Escape HELP text: backslash and newline, and quotes in OpenMetrics."""
     text = text.replace("\\", "\\\\").replace("\n", "\\n")
     return text.replace('"', '\\"') if openmetrics else text
-
-
-def series_key(name: str, labels: Iterable[tuple[str, str]]) -> bytes:
-    """Return the canonical key of a series: its text with labels sorted by name."""
-    body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(labels))
-    return f"{name}{{{body}}}".encode()
-
-
-def key_labels(key: bytes) -> tuple[str, Labels]:
-    """The name and labels of a key: the inverse of :func:`series_key`.
-
-    Without a backslash no value of a canonical key holds a quote, so
-    splitting on ``",`` is exact and several times faster than the parser,
-    which keys with escapes take.
-    """
-    brace = key.find(b"{")
-    if b"\\" in key or brace < 0 or key[-2:] != b'"}':
-        return parse_series(key)
-    pairs = key[brace + 1 : -2].split(b'",')
-    labels = tuple(
-        (label.decode(), value.decode()) for label, _, value in (p.partition(b'="') for p in pairs)
-    )
-    return key[:brace].decode(), labels
 
 
 def node_suffix(node: str, external: Iterable[tuple[str, str]] = ()) -> tuple[bytes, bytes]:
@@ -95,7 +72,7 @@ def _render_external(
     for key, value in items:
         suffix = plain
         if any(first in key or later in key for first, later in marks):
-            have = {label for label, _ in key_labels(key)[1]}
+            have = {label for label, _ in parse_series(key)[1]}
             suffix = node_suffix(node, [(n, v) for n, v in external if n not in have])
         out.append(key[:-1])
         out.append(suffix[1] if key[-2:] == b"{}" else suffix[0])

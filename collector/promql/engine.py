@@ -14,7 +14,7 @@ hand their queries to one :class:`Engine`, so each one gets the same:
   (:mod:`.onloop`), so pushes, scrapes and other requests are served between
   them; a request that goes away cancels its queries at their next check;
 - **busy and idle**: events set while some work holds a slot or none does; the
-  memory policy (``core/malloc.py``) and the heap's sweeps (``core/heap.py``)
+  memory policy (``collector/memory/malloc.py``) and the heap's sweeps (``collector/memory/heap.py``)
   follow them;
 - **no cold start**: :meth:`Engine.warm` compiles every compiled loop
   (:mod:`.warmup`) before the collector says it is ready, so a first query
@@ -149,7 +149,7 @@ class Engine:
         """Set while no work holds a slot."""
         self.idle.set()
         self.busy = asyncio.Event()
-        """Set while a work holds a slot (the memory policy follows it: core/malloc.py)."""
+        """Set while a work holds a slot (the memory policy follows it: collector/memory/malloc.py)."""
         self.warmed = asyncio.Event()
         """Set once :meth:`warm` has compiled the loops: the collector is ready only then."""
 

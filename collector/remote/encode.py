@@ -22,7 +22,7 @@ from itertools import chain, repeat
 
 import cramjam
 
-from collector.exposition.render import key_labels
+from collector.normalise.labelsets import key_labels
 
 STALE_MARKER = struct.pack("<Q", 0x7FF0000000000002)
 """Prometheus' staleness marker: a NaN with this exact bit pattern ends a series."""

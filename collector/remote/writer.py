@@ -1,6 +1,6 @@
 """What is sent: the store's changes as samples, staleness markers, our own series, metadata.
 
-The writer observes the store (:class:`collector.store.Observer`): each put's
+The writer observes the store (:class:`collector.store.latest.Observer`): each put's
 series become one set of samples at the put's time, and each series that leaves
 a node a staleness marker at that time, so the receiver ends it at once as
 Prometheus does for a vanished scrape series. Both only enqueue. Our own series
@@ -21,13 +21,13 @@ from functools import partial
 
 import aiohttp
 
-from collector import labelsets, schema
 from collector.exposition.parse import parse
+from collector.normalise import labelsets, schema
 from collector.remote.encode import Heads, Labels
 from collector.remote.queue import Destination, QueueConfig
 from collector.remote.stats import RemoteStats
 from collector.selfmetrics import SelfMetrics
-from collector.store import Store
+from collector.store.latest import Store
 from core.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class RemoteWriter:
         self._own: set[bytes] = set()
 
     def accepted(self, node: str, series: Mapping[bytes, float], sampled: float) -> None:
-        """Queue a put's series at its time (a :class:`collector.store.Observer` call)."""
+        """Queue a put's series at its time (a :class:`collector.store.latest.Observer` call)."""
         millis = _millis(sampled)
         for destination in self.destinations:
             destination.enqueue(node, series, millis)

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 from collector.sources.targets import DiscoveryState, Target
 
 log = logging.getLogger(__name__)

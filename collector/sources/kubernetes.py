@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 from collector.sources.targets import DiscoveryState, Target
 
 log = logging.getLogger(__name__)

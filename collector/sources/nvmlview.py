@@ -4,7 +4,7 @@ Beside the card readings and HAMi-core's regions (:mod:`collector.sources.push`)
 an agent sends what NVML tells of each card's health and energy, its MIG
 instances, and the processes on each device, already grouped by the pod UID and
 container ID in their cgroups. Here they become canonical series: a container's
-usage gets the very labels its allocation has (:func:`collector.labelsets.vgpu`),
+usage gets the very labels its allocation has (:func:`collector.normalise.labelsets.vgpu`),
 so ``used / allocated`` joins whatever put the pod on the card.
 
 Which source wins for a container: HAMi-core's region, where the container has
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import Generic, TypeVar, TypeVarTuple, Unpack
 
-from collector import labelsets, schema
-from collector.sources.assignments import by_container
+from collector.normalise import labelsets, schema
+from collector.sources.kubelet_devices import by_container
 from collector.sources.pods import PodDirectory
 from core import clockevents
 from core.payload import Card, Payload

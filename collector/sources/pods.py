@@ -3,7 +3,7 @@
 The collector watches pods once for the whole cluster; agents send only UIDs,
 which this directory attributes. The same watch (with the ResourceClaims and
 ResourceSlices) tells what GPUs each bound pod was given
-(:mod:`collector.allocation`).
+(:mod:`collector.normalise.allocation`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from collector import allocation
-from collector.allocation import DeviceResult, Grant, PodAllocation
+from collector.normalise import allocation
+from collector.normalise.allocation import DeviceResult, Grant, PodAllocation
 from collector.sources.kubernetes import Backoff, Timeouts, Watcher
 from collector.sources.targets import DiscoveryState
 

@@ -17,17 +17,17 @@ from operator import attrgetter
 from aiohttp import web
 from pydantic import ValidationError
 
-from collector import labelsets, schema
 from collector.auth.headers import bearer
 from collector.auth.pushers import Authenticator, AuthError
-from collector.batch import Batch, Series, Source
-from collector.schema import SourceKind
+from collector.normalise import labelsets, schema
+from collector.normalise.batch import Batch, Series, Source
+from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources import nvmlview
-from collector.sources.assignments import Assignments
 from collector.sources.inflate import WBITS, Inflate, InflateError
+from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import PodDirectory, PodRef
-from collector.store import Store
+from collector.store.latest import Store
 from core.payload import Payload, Region
 from core.shards import WHOLE, Shard, shard_of
 
@@ -52,7 +52,7 @@ def to_batch(
     """Attribute a payload's readings and make their canonical series; return the batch and the unowned regions.
 
     Cards and vGPUs are labelled as a HAMi v2.10 monitor labels them
-    (:mod:`collector.labelsets`); a region whose pod or claim is unknown, or
+    (:mod:`collector.normalise.labelsets`); a region whose pod or claim is unknown, or
     on another node, is dropped; a reading NVML could not read (None) makes
     no series. ``samples`` counts the readings offered, those dropped with
     their region included. ``keys`` are the node's keys of its previous push

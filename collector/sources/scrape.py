@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from yarl import URL
 
-from collector.batch import Batch, Source
-from collector.normalise import Normaliser, PassThrough
-from collector.schema import Flavour, SourceKind
+from collector.normalise.batch import Batch, Source
+from collector.normalise.bodies import Normaliser, PassThrough
+from collector.normalise.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.inflate import Inflate, InflateError
 from collector.sources.pull import (
@@ -36,7 +36,7 @@ from collector.sources.pull import (
     is_openmetrics,
 )
 from collector.sources.targets import Target
-from collector.store import Store
+from collector.store.latest import Store
 from core.durations import duration
 from core.tasks import Supervised, Supervisor
 

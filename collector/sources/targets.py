@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collector.schema import Flavour
+from collector.normalise.schema import Flavour
 
 
 @dataclass(frozen=True, slots=True)

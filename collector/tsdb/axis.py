@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.batch import Series
+from collector.normalise.batch import Series
 from collector.tsdb.blocks import (
     BLOCK,
     MERGE,

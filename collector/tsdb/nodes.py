@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.exposition.render import key_labels
+from collector.normalise.labelsets import key_labels
 from collector.tsdb.axis import Axis, Grid
 from collector.tsdb.blocks import Ids, stale
 from collector.tsdb.labels import LabelIndex, Mask, Verdicts, decide

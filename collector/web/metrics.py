@@ -26,11 +26,12 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from aiohttp import web
 
-from collector import schema
 from collector.auth.access import Access, access_of
-from collector.exposition.render import key_labels, render_header, render_lines
+from collector.exposition.render import render_header, render_lines
+from collector.normalise import schema
+from collector.normalise.labelsets import key_labels
 from collector.selfmetrics import SelfMetrics
-from collector.store import NodeView, Store
+from collector.store.latest import NodeView, Store
 from core.content import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
 _Chunks = Mapping[str, bytes]

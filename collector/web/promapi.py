@@ -36,14 +36,15 @@ import promql_parser
 from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
-from collector import __version__, schema
+from collector import __version__
 from collector.auth.access import Access, access_of
+from collector.normalise import schema
 from collector.promql.engine import Engine, Queries, Unavailable
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
 from collector.promql.plan import parse_promql, selector_matchers, tenant_matcher
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
-from collector.store import Store
+from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
 from collector.web.promjson import matrix_body

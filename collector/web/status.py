@@ -35,12 +35,12 @@ import jinja2
 from aiohttp import web
 
 from collector import __version__
-from collector.exposition.render import key_labels
-from collector.schema import Flavour, SourceKind
+from collector.normalise.labelsets import key_labels
+from collector.normalise.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.sources.scrape import ScrapeLoop, ScrapeManager
 from collector.sources.targets import DiscoveryState
-from collector.store import Held, Store
+from collector.store.latest import Held, Store
 from collector.web.status_template import PAGE
 from core.tasks import Supervisor
 

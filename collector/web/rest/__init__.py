@@ -7,7 +7,7 @@ usage per namespace, pod or node over a window of the history (chargeback).
 Every response is built synchronously from the store, with no ``await`` between
 reading two node views, so it never mixes two store generations; it names the
 generation it was built from. What a node's view says is parsed once per view
-(:mod:`collector.web.usage`) and its summary kept with it, so listing every
+(:mod:`collector.views.usage`) and its summary kept with it, so listing every
 node costs a cache lookup per unchanged node plus the JSON encoding.
 
 Errors share one envelope, ``{"status": "error", "error": "not_found" |

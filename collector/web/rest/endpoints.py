@@ -51,7 +51,7 @@ READING_OF = {
     "idle_seconds": "idle_seconds",
     "energy_joules": "energy",
 }
-"""API field of a container row -> attribute of its :class:`~collector.web.usage.ContainerReading`."""
+"""API field of a container row -> attribute of its :class:`~collector.views.usage.ContainerReading`."""
 CONTAINER_SORT_FIELDS = ("node", *READING_OF)
 """Fields of a container row that ``GET /api/v1/pods?sort=`` accepts."""
 

@@ -2,7 +2,7 @@
 
 Each handler's body is synchronous, so no ``await`` falls between reading two
 node views. List answers are spliced from each node's cached JSON
-(:mod:`collector.web.rest.presented`); the others are validated models.
+(:mod:`collector.views.presented`); the others are validated models.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from collector.auth.access import Access, access_of
-from collector.store import Store
-from collector.web.rest.cache import NodeCache
+from collector.store.latest import Store
+from collector.views.cache import NodeCache
+from collector.views.presented import Presented, TenantView, container_row
+from collector.views.usage import ContainerReading
 from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (
     ENDPOINTS,
@@ -46,8 +48,6 @@ from collector.web.rest.models import (
     ShardInfo,
 )
 from collector.web.rest.openapi import openapi_document
-from collector.web.rest.presented import Presented, TenantView, container_row
-from collector.web.usage import ContainerReading
 from core.shards import HASH_RULE, WHOLE, Shard, shard_of
 from core.tasks import Supervisor
 

@@ -3,7 +3,7 @@
 ``hami_container_gpu_info`` says, per container, whether it holds vGPU slices
 (HAMi's or Volcano's), whole cards, MIG instances, a KAI fraction or a DRA
 claim. The REST read model does not carry it, so the views read it from the
-node's keys: once per key set (a node's :class:`~collector.web.usage.Shape`),
+node's keys: once per key set (a node's :class:`~collector.views.usage.Shape`),
 as the read model parses its labels once per key set.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from collector import schema
-from collector.exposition.render import key_labels
-from collector.web.usage import NodeUsage
+from collector.normalise import schema
+from collector.normalise.labelsets import key_labels
+from collector.views.usage import NodeUsage
 
 LABELS: Mapping[str, str] = {
     "vgpu": "vGPU",

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from collector.auth.access import access_of
-from collector.web.rest.cache import NodeCache
+from collector.views.cache import NodeCache
 from collector.web.rest.chargeback import MEASURES, Chargeback
 from collector.web.rest.models import UsageReport
 from collector.web.ui import layout

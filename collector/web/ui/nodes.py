@@ -16,17 +16,17 @@ from typing import Any
 from aiohttp import web
 
 from collector.auth.access import Access, access_of
-from collector.store import Store
-from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
+from collector.store.latest import Store
+from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.presented import Presented, TenantView
+from collector.views.usage import NodeUsage
 from collector.web.rest.endpoints import NODE_SORT_FIELDS
 from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary
-from collector.web.rest.presented import Presented, TenantView
 from collector.web.ui import layout
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.listing import Page, ViewError, ViewQuery, check_names, page_of, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
-from collector.web.usage import NodeUsage
 
 LIST = template("""
 <form method="get" action="/nodes" class="filters">

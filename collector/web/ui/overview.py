@@ -1,10 +1,10 @@
 """``GET /``: the cluster at a glance: totals, the last hour, top namespaces, the nodes as tiles.
 
 Every number is read from the REST API's read model in one pass over the
-nodes: each node's :class:`~collector.web.rest.presented.Presented` summary
+nodes: each node's :class:`~collector.views.presented.Presented` summary
 (what ``GET /api/v1/nodes`` lists) and its container readings (``GET
 /api/v1/pods``), those summed per namespace and kept per node (:class:`Ledger`);
-a tenant's from its :class:`~collector.web.rest.presented.TenantView` of each
+a tenant's from its :class:`~collector.views.presented.TenantView` of each
 node and its namespaces' sums, as REST gives a tenant. A node whose monitor's latest scrape
 failed is labelled ``failing`` (the status page's word); otherwise its REST
 health labels it (``ok``, ``stale``, ``unreported``).
@@ -28,15 +28,15 @@ from aiohttp import web
 
 from collector.auth.access import Access, access_of
 from collector.sources.scrape import ScrapeManager
-from collector.store import Store
-from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
+from collector.store.latest import Store
+from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.presented import Presented
+from collector.views.usage import ContainerReading
 from collector.web.rest.chargeback import IDLE_AFTER
-from collector.web.rest.presented import Presented
 from collector.web.status import target_state
 from collector.web.ui import charts, layout, units
 from collector.web.ui.layout import PAGE_ROWS, Link, promql_link, rest_link
 from collector.web.ui.trend import Trend, measures
-from collector.web.usage import ContainerReading
 
 TOP_NAMESPACES = 10
 """Namespaces listed in each of the two top tables."""

@@ -33,7 +33,7 @@ from typing import cast
 
 from aiohttp import web
 
-from collector import schema
+from collector.normalise import schema
 from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
 from collector.web.ui.charts import Series

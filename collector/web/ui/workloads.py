@@ -24,22 +24,22 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from collector import schema
 from collector.auth.access import Access, access_of
+from collector.normalise import schema
 from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
-from collector.store import Store
-from collector.web.rest.cache import VIEW_REBUILDS, NodeCache
+from collector.store.latest import Store
+from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.presented import Presented, container_row
+from collector.views.usage import ContainerReading, NodeUsage, Shape
 from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
 from collector.web.rest.models import ContainerRow
-from collector.web.rest.presented import Presented, container_row
 from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.listing import Page, ViewError, check_names, view_query
 from collector.web.ui.pages import answering, matcher, render, segment, template
-from collector.web.usage import ContainerReading, NodeUsage, Shape
 
 CHART_SECONDS = 3600.0
 """How far back a pod's charts reach (less where the history holds less)."""

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from operator import attrgetter
 
-from collector import labelsets
-from collector.allocation import Grant
+from collector.normalise import labelsets
+from collector.normalise.allocation import Grant
 from core.payload import Assignment
 
 ContainerKey = tuple[str, str, str]

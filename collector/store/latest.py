@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from collector import schema
-from collector.batch import Batch, Source
+from collector.normalise import schema
+from collector.normalise.batch import Batch, Source
 from collector.tsdb.history import History
 
 

@@ -144,7 +144,7 @@ ALLOCATION_FAMILIES: Mapping[str, Family] = {
         ),
     )
 }
-"""The families the pod watch makes (:mod:`collector.sources.allocations`), not the monitors.
+"""The families the pod watch makes (:mod:`collector.sources.allocation_series`), not the monitors.
 
 Where an allocated vGPU has no usage series yet, the pod watch stands in
 ``hami_vgpu_memory_used_bytes`` and ``hami_container_device_utilization_ratio``

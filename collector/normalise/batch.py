@@ -1,7 +1,7 @@
 """What sources hand to the store: whole batches of canonical series, and who sent them.
 
 Every source (a scrape target, an agent's push) produces one :class:`Batch` per
-reading through :mod:`collector.normalise`; the store keeps the latest per
+reading through :mod:`collector.normalise.bodies`; the store keeps the latest per
 :class:`Source`. A batch means the same whatever its source.
 """
 
@@ -11,8 +11,8 @@ from array import array
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 
-from collector import schema
-from collector.schema import SourceKind
+from collector.normalise import schema
+from collector.normalise.schema import SourceKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +41,8 @@ class Batch:
 
     A series key is the canonical identity of a series, name and labels, as
     bytes: ``name{a="b",...}`` with labels sorted and escaped, without ``node``
-    (:func:`collector.exposition.render.series_key` makes it,
-    :func:`~collector.exposition.render.key_labels` decodes it). Bytes hash and
+    (:func:`collector.normalise.labelsets.series_key` makes it,
+    :func:`~collector.normalise.labelsets.key_labels` decodes it). Bytes hash and
     compare in C and are most of an output line already; a typed key (a
     NamedTuple of name and label pairs) measured 2.1 times the cost of building
     and reading a 249k-series batch and about 800 bytes more per series, so the
@@ -65,7 +65,7 @@ class Series(Mapping[bytes, float]):
     A dict of float objects costs a hash-table slot and a float object per
     series, for every target's latest batch; most readers only iterate. The
     keys tuple is shared by the batches of one layout (see
-    :mod:`collector.layout`). The index (key to position) is built only when a
+    :mod:`collector.normalise.layout`). The index (key to position) is built only when a
     reader asks for a single series, and goes with this batch when the next
     one replaces it.
     """

@@ -2,7 +2,7 @@
 
 This is the stage between every pulled source and the store. A
 :class:`Normaliser` belongs to one source and so to one node. It keeps the
-layout of the source's last body (:mod:`collector.layout`): a body laid out the
+layout of the source's last body (:mod:`collector.normalise.layout`): a body laid out the
 same is matched against it as a whole; a new one is parsed here, each *series
 text* mapped to what that series becomes in the canonical schema.
 """
@@ -13,16 +13,19 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from collector import labelsets, schema
-from collector.batch import Batch
-from collector.exposition.parse import (
-    Frame,
-    Labels,
-    parse,
-    parse_series,
-    parse_value,
+from collector.exposition.parse import Frame, Labels, parse, parse_series, parse_value
+from collector.normalise import labelsets, schema
+from collector.normalise.batch import Batch
+from collector.normalise.layout import (
+    DROP,
+    SIZE_LABEL,
+    Derived,
+    Entry,
+    Layout,
+    Shape,
+    Sized,
+    lay_out,
 )
-from collector.layout import DROP, SIZE_LABEL, Derived, Entry, Layout, Shape, Sized, lay_out
 
 
 @dataclass(frozen=True, slots=True)

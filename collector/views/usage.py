@@ -1,6 +1,6 @@
 """The REST API's read model: a node's cards and vGPU containers, parsed once per key set.
 
-A :class:`~collector.store.NodeView` is immutable and replaced whenever its node
+A :class:`~collector.store.latest.NodeView` is immutable and replaced whenever its node
 changes, which for a scraped node is every scrape. What the view's *keys* say
 (which card or container each series belongs to, and as which reading) changes
 only when cards or containers come and go, so it is kept as the node's
@@ -25,10 +25,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
 
-from collector import schema
-from collector.batch import Series
-from collector.exposition.render import key_labels
-from collector.store import NodeView
+from collector.normalise import schema
+from collector.normalise.batch import Series
+from collector.normalise.labelsets import key_labels
+from collector.store.latest import NodeView
 
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
     family.encode(): slot for slot, family in enumerate(schema.CARD_FAMILIES)

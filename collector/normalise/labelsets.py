@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from collector.exposition.parse import Labels
-from collector.exposition.render import series_key
+from collector.exposition.parse import Labels, parse_series
+from collector.exposition.render import escape_label_value
 
 UUID_LENGTH = 40
 """HAMi's monitors label a device with the first 40 characters of its UUID (a MIG UUID is
@@ -102,6 +102,30 @@ def source(kind: str, name: str) -> Labels:
     """The labels of the collector's own series about a source (``node`` aside): provenance
     is never a data label, so it lives on these alone."""
     return (("kind", kind), ("source", name))
+
+
+def series_key(name: str, labels: Iterable[tuple[str, str]]) -> bytes:
+    """The canonical key of a series: its exposition text with labels sorted by name."""
+    body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sorted(labels))
+    return f"{name}{{{body}}}".encode()
+
+
+def key_labels(key: bytes) -> tuple[str, Labels]:
+    """The name and labels of a key: the inverse of :func:`series_key`.
+
+    Without a backslash no value of a key holds a quote, so its quotes alternate
+    opening and closing a value: one split on them is exact, and several times
+    faster than the parser, which keys with escapes take.
+    """
+    brace = key.find(b"{")
+    if brace < 0:
+        return key.decode(), ()
+    name = key[:brace].decode()
+    if b"\\" in key:
+        return parse_series(key)
+    parts = key[brace + 1 : -1].split(b'"')  # label=, value, ,label=, value, ..., ""
+    labels = (label.strip(b",=").decode() for label in parts[:-1:2])
+    return name, tuple(zip(labels, (value.decode() for value in parts[1::2]), strict=True))
 
 
 def key(family: str, labels: Iterable[tuple[str, str]]) -> bytes:

@@ -1,8 +1,8 @@
 """The allocation series: what the pod watch says each container holds, one batch per node.
 
 Every ``interval`` the directory's holdings (:meth:`PodDirectory.holdings`)
-become, per node, one :class:`~collector.batch.Batch` of
-:data:`~collector.schema.ALLOCATION_FAMILIES` from a source of kind
+become, per node, one :class:`~collector.normalise.batch.Batch` of
+:data:`~collector.normalise.schema.ALLOCATION_FAMILIES` from a source of kind
 ``allocation``, which ranks below every monitor and agent. Each vGPU's series
 carry exactly the labels of its usage series (``namespace, pod, container,
 vdevice_index, device_uuid, zone`` and the store's ``node``), so ``used /
@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from collector import labelsets, schema
-from collector.allocation import Grant
-from collector.batch import Batch, Source
-from collector.schema import SourceKind
-from collector.sources.assignments import Assignments
+from collector.normalise import labelsets, schema
+from collector.normalise.allocation import Grant
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
+from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import Holding, PodDirectory, PodRef
-from collector.store import NodeView, Store
+from collector.store.latest import NodeView, Store
 
 _STAND_INS = (schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION)
 _VGPU_FAMILIES = (schema.VGPU_MEMORY_LIMIT, schema.LAST_KERNEL, schema.IDLE, *_STAND_INS)

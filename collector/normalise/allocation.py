@@ -28,7 +28,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from collector import labelsets
+from collector.normalise import labelsets
 
 MIB = 1 << 20
 HAMI_ALLOCATED = ("hami.io/vgpu-devices-allocated", "4pd.io/vgpu-ids-new")

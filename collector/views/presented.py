@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 import pydantic_core
 
-from collector import labelsets
 from collector.auth.access import Access
+from collector.normalise import labelsets
+from collector.views.usage import ContainerReading, NodeUsage
 from collector.web.rest.models import (
     CardUsage,
     ContainerRow,
@@ -20,7 +21,6 @@ from collector.web.rest.models import (
     NodeDetail,
     NodeSummary,
 )
-from collector.web.usage import ContainerReading, NodeUsage
 
 _TIMELY = {"data_age_seconds", "health"}
 

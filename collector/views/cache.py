@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from collector.store import NodeView, Store
-from collector.web.rest.presented import Presented
-from collector.web.usage import UsageIndex
+from collector.store.latest import NodeView, Store
+from collector.views.presented import Presented
+from collector.views.usage import UsageIndex
 from core.durations import duration
 
 log = logging.getLogger(__name__)

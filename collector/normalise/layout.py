@@ -22,8 +22,8 @@ from itertools import compress
 from operator import itemgetter
 from typing import NamedTuple
 
-from collector import schema
-from collector.batch import Batch, Series
+from collector.normalise import schema
+from collector.normalise.batch import Batch, Series
 
 _SIZE_NAMES = sorted((*schema.MEMORY_BREAKDOWN, *schema.BREAKDOWN_DROPPED), key=len, reverse=True)
 SIZE_LABEL = re.compile(b"([{,](?:" + "|".join(_SIZE_NAMES).encode() + b')=")([^"]*)"')
