@@ -57,12 +57,12 @@ from collector.sources.targets import Target
 from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.views.cache import NodeCache
+from collector.views.chargeback import IDLE_AFTER, Chargeback
 from collector.web import health
 from collector.web.errors import HANDLER_ARGS, envelope_errors, error_response
 from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.promjson import matrix_body
-from collector.web.rest.chargeback import IDLE_AFTER, Chargeback
 from collector.web.rest.handlers import RestApi
 from collector.web.status import DISCOVERY, PANELS, StatusPage
 from collector.web.ui.kinds import Kinds

@@ -25,14 +25,14 @@ from multidict import MultiDict
 from agent.hamicore import RegionError, read_region
 from collector.app import build_app
 from collector.normalise.bodies import Normaliser
+from collector.promql.params import parse_duration, parse_time
 from collector.promql.query import prepare_instant
 from collector.promql.values import QueryError
 from collector.settings import CollectorSettings
 from collector.sources.files import load_targets
 from collector.tsdb.history import History
-from collector.web.promapi import parse_duration, parse_time
+from collector.views.models import ApiError
 from collector.web.rest.endpoints import LIST_CONTAINERS, LIST_NODES, Endpoint, list_query
-from collector.web.rest.models import ApiError
 from fuzz.tenant_promql import seeds as _tenant_promql_seeds
 from fuzz.tenant_promql import tenant_promql
 from simulator.cluster import build_cluster

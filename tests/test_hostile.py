@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from helpers import running_collector, until_ready
 
+from collector.views.models import Error
 from collector.web.errors import error_response
-from collector.web.rest.models import Error
 
 TOKEN = "s3cret"
 PATHS = [

@@ -27,9 +27,9 @@ from collector.settings import CollectorSettings
 from collector.sources.pods import StaticDirectory
 from collector.sources.push import to_batch
 from collector.store.latest import Store
-from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, NODE_SORT_FIELDS
+from collector.views.listing import CONTAINER_SORT_FIELDS, NODE_SORT_FIELDS
+from collector.views.models import ContainerList, NodeDetail, NodeList, PodDetail
 from collector.web.rest.handlers import RestApi
-from collector.web.rest.models import ContainerList, NodeDetail, NodeList, PodDetail
 from core.payload import Card as AgentCard
 from core.payload import Payload
 from simulator.cluster import build_cluster

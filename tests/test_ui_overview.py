@@ -26,7 +26,7 @@ from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
 from collector.store.latest import Store
 from collector.tsdb.history import History
-from collector.web.rest.chargeback import IDLE_AFTER
+from collector.views.chargeback import IDLE_AFTER
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.trend import Trend
 from testing.fakekube import FakeKube

@@ -31,8 +31,8 @@ from collector.settings import CollectorSettings
 from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.views.cache import NodeCache
-from collector.web.rest.chargeback import Chargeback, Window
-from collector.web.rest.models import UsageReport
+from collector.views.chargeback import Chargeback, Window
+from collector.views.models import UsageReport
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.namespaces import Reports
 from collector.web.ui.workloads import WorkloadViews

@@ -13,14 +13,14 @@ import pydantic_core
 
 from collector.auth.access import Access
 from collector.normalise import labelsets
-from collector.views.usage import ContainerReading, NodeUsage
-from collector.web.rest.models import (
+from collector.views.models import (
     CardUsage,
     ContainerRow,
     ContainerUsage,
     NodeDetail,
     NodeSummary,
 )
+from collector.views.usage import ContainerReading, NodeUsage
 
 _TIMELY = {"data_age_seconds", "health"}
 

@@ -30,8 +30,9 @@ import promql_parser
 from aiohttp import web
 
 from collector.promql.limits import check_depth
+from collector.promql.params import parse_time
 from collector.promql.values import QueryError
-from collector.web.promapi import PREFIX, _enveloped, _Params, parse_time
+from collector.web.promapi import PREFIX, _enveloped, _Params
 
 _RULE_TYPES = ("", "alert", "record")
 

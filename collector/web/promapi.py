@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import platform
 import re
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 import promql_parser
@@ -42,6 +40,7 @@ from collector.normalise import schema
 from collector.promql.engine import Engine, Queries, Unavailable
 from collector.promql.floats import format_float
 from collector.promql.limits import check_depth
+from collector.promql.params import parse_duration, parse_time
 from collector.promql.plan import parse_promql, selector_matchers, tenant_matcher
 from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
 from collector.store.latest import Store
@@ -64,39 +63,7 @@ _STATUS = {
 }
 _SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_created", "_info")
 """What a family's series names may add to its name (metadata of a tenant's families)."""
-_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 log = logging.getLogger(__name__)
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-def parse_time(text: str, name: str) -> float:
-    """A Unix timestamp or an RFC 3339 time, as Prometheus accepts them."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise QueryError(
-            "bad_data", f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp'
-        ) from None
-
-
-def parse_duration(text: str, name: str) -> float:
-    """Seconds as a number, or a Prometheus duration like ``1m30s``."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise QueryError(
-                "bad_data", f'invalid parameter "{name}": cannot parse "{text}" to a valid duration'
-            ) from None
-        seconds = sum(int(n) * _UNITS[u] for n, u in parts)
-    if not math.isfinite(seconds):
-        raise QueryError("bad_data", f'invalid parameter "{name}": {text} is not finite')
-    return seconds
 
 
 class PrometheusAPI:

@@ -6,15 +6,21 @@ OpenAPI document describes; a query string is checked against the same table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from multidict import MultiMapping
 from pydantic import BaseModel
 
-from collector.web.rest.models import (
-    ApiError,
+from collector.views.listing import (
+    CONTAINER_SORT_FIELDS,
+    NODE_SORT_FIELDS,
+    ListQuery,
+    bad,
+    check_names,
+)
+from collector.views.models import (
     ContainerList,
     NodeDetail,
     NodeList,
@@ -24,36 +30,6 @@ from collector.web.rest.models import (
 )
 
 PREFIX = "/api/v1"
-
-NODE_SORT_FIELDS = (
-    "name",
-    "card_count",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "utilization_average_percent",
-    "container_count",
-    "data_age_seconds",
-    "health",
-)
-"""Fields of a node summary that ``GET /api/v1/nodes?sort=`` accepts."""
-READING_OF = {
-    "namespace": "namespace",
-    "pod": "pod",
-    "container": "container",
-    "vdevice_index": "vdevice_index",
-    "device_uuid": "device_uuid",
-    "memory_used_bytes": "memory_used",
-    "memory_limit_bytes": "memory_limit",
-    "sm_utilization_percent": "sm_utilization",
-    "last_kernel_seconds": "last_kernel_seconds",
-    "memory_allocated_bytes": "memory_allocated",
-    "cores_allocated": "cores_allocated",
-    "idle_seconds": "idle_seconds",
-    "energy_joules": "energy",
-}
-"""API field of a container row -> attribute of its :class:`~collector.views.usage.ContainerReading`."""
-CONTAINER_SORT_FIELDS = ("node", *READING_OF)
-"""Fields of a container row that ``GET /api/v1/pods?sort=`` accepts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,35 +185,22 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
-def _bad(message: str) -> ApiError:
-    return ApiError(400, "bad_request", message)
-
-
-@dataclass(frozen=True, slots=True)
-class ListQuery:
-    """The checked query of a list endpoint."""
-
-    filters: Mapping[str, str]
-    sort: str | None
-    descending: bool
-    limit: int | None
+def query_names(endpoint: Endpoint) -> list[str]:
+    """The query parameters ``endpoint`` takes."""
+    return [p.name for p in endpoint.params if p.where == "query"]
 
 
 def list_query(query: MultiMapping[str], endpoint: Endpoint) -> ListQuery:
     """Check a list endpoint's query string; raise a 400 :class:`ApiError` naming a bad parameter."""
     params = {p.name: p for p in endpoint.params if p.where == "query"}
-    for name in query:
-        if name not in params:
-            raise _bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(params)}")
-        if len(query.getall(name)) > 1:
-            raise _bad(f"query parameter {name!r} is given more than once")
+    check_names(query, list(params))
     sort = query.get("sort") or None
     descending = False
     if sort is not None:
         allowed: list[str] = params["sort"].schema["enum"]
         if sort not in allowed:
             fields = [f for f in allowed if not f.startswith("-")]
-            raise _bad(
+            raise bad(
                 f"query parameter 'sort': unknown field {sort[:40]!r}; allowed: {', '.join(fields)} "
                 "(prefix '-' for descending)"
             )
@@ -247,25 +210,9 @@ def list_query(query: MultiMapping[str], endpoint: Endpoint) -> ListQuery:
     raw = query.get("limit")
     if raw is not None:
         if not (raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) > 0):
-            raise _bad(f"query parameter 'limit' must be a positive integer, not {raw[:40]!r}")
+            raise bad(f"query parameter 'limit' must be a positive integer, not {raw[:40]!r}")
         limit = int(raw)
     filters = {
         name: query[name] for name in params if name not in ("sort", "limit") and query.get(name)
     }
     return ListQuery(filters, sort, descending, limit)
-
-
-T = TypeVar("T")
-
-
-def sort_and_limit(
-    items: list[T], query: ListQuery, value: Callable[[T, str], Any] = getattr
-) -> list[T]:
-    """Sort by the query's field (nulls last, stable) and cut to its limit."""
-    if query.sort is not None:
-        field = query.sort
-        keyed = [(value(i, field), i) for i in items]
-        present = [k for k in keyed if k[0] is not None]
-        present.sort(key=lambda k: k[0], reverse=query.descending)
-        items = [i for _, i in present] + [i for v, i in keyed if v is None]
-    return items if query.limit is None else items[: query.limit]

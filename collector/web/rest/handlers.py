@@ -21,9 +21,18 @@ from pydantic import BaseModel
 from collector.auth.access import Access, access_of
 from collector.store.latest import Store
 from collector.views.cache import NodeCache
+from collector.views.chargeback import GROUPS, Chargeback, to_csv
+from collector.views.listing import READING_OF, ListQuery, bad, check_names, sort_and_limit
+from collector.views.models import (
+    JSON,
+    ApiError,
+    ContainerRow,
+    NodeList,
+    PodDetail,
+    ShardInfo,
+)
 from collector.views.presented import Presented, TenantView, container_row
 from collector.views.usage import ContainerReading
-from collector.web.rest.chargeback import Chargeback
 from collector.web.rest.endpoints import (
     ENDPOINTS,
     GET_NODE,
@@ -31,21 +40,11 @@ from collector.web.rest.endpoints import (
     LIST_CONTAINERS,
     LIST_NODES,
     OPENAPI,
-    READING_OF,
     SHARDS,
     USAGE,
     Endpoint,
-    ListQuery,
     list_query,
-    sort_and_limit,
-)
-from collector.web.rest.models import (
-    JSON,
-    ApiError,
-    ContainerRow,
-    NodeList,
-    PodDetail,
-    ShardInfo,
+    query_names,
 )
 from collector.web.rest.openapi import openapi_document
 from core.shards import HASH_RULE, WHOLE, Shard, shard_of
@@ -245,10 +244,23 @@ class RestApi:
         return _json(body)
 
     async def usage(self, request: web.Request) -> web.Response:
-        """``GET /api/v1/usage`` (:mod:`collector.web.rest.chargeback`)."""
+        """``GET /api/v1/usage``: the report of :mod:`collector.views.chargeback`, as JSON or CSV."""
         if self._chargeback is None:
             raise ApiError(404, "not_found", "usage reports need the history, which this API lacks")
-        return await self._chargeback.handle(request)
+        query = request.query
+        check_names(query, query_names(USAGE))
+        by = query.get("by", "namespace")
+        if by not in GROUPS:
+            raise bad(f"query parameter 'by' must be namespace, pod or node, not {by[:40]!r}")
+        fmt = query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            raise bad(f"query parameter 'format' must be json or csv, not {fmt[:40]!r}")
+        window = self._chargeback.window(query.get("start"), query.get("end"))
+        access = access_of(request)
+        report = await self._chargeback.report(by, window, access.identity, access.namespaces)
+        if fmt == "csv":
+            return web.Response(text=to_csv(report), content_type="text/csv")
+        return web.Response(text=report.model_dump_json(), content_type=JSON)
 
     async def openapi(self, request: web.Request) -> web.Response:
         """``GET /api/v1/openapi.json``."""

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from collector import __version__
+from collector.views.models import JSON, Error
 from collector.web.rest.endpoints import ENDPOINTS, Endpoint, Param
-from collector.web.rest.models import JSON, Error
 
 DESCRIPTION = """\
 What each node, card and vGPU container of the cluster is using right now, as JSON; and, \

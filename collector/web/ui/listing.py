@@ -3,7 +3,7 @@
 A view's query is checked as strictly as the REST API's (an unknown or
 repeated parameter, a sort field the view lacks, a page that is not a
 positive number: 400 naming it), and rows are sorted by the REST API's own
-:func:`~collector.web.rest.endpoints.sort_and_limit`, so a view and its REST
+:func:`~collector.views.listing.sort_and_limit`, so a view and its REST
 twin list the same rows in the same order. A page is cut before its rows are
 built: only :data:`~collector.web.ui.layout.PAGE_ROWS` rows are ever rendered.
 """
@@ -17,7 +17,8 @@ from urllib.parse import urlencode
 
 from multidict import MultiMapping
 
-from collector.web.rest.endpoints import ListQuery, sort_and_limit
+from collector.views import listing
+from collector.views.listing import ListQuery, sort_and_limit
 from collector.web.ui.layout import PAGE_ROWS
 
 KEPT = ("refresh",)
@@ -61,14 +62,9 @@ class ViewQuery:
 
 
 def check_names(query: MultiMapping[str], allowed: Sequence[str] = ()) -> None:
-    """Raise a 400 :class:`ViewError` for a parameter not in ``allowed`` (nor :data:`KEPT`),
-    or one given twice."""
-    allowed = (*allowed, *KEPT)
-    for name in query:
-        if name not in allowed:
-            raise bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(allowed)}")
-        if len(query.getall(name)) > 1:
-            raise bad(f"query parameter {name!r} is given more than once")
+    """Raise a 400 for a parameter not in ``allowed`` (nor :data:`KEPT`), or one given twice,
+    as REST checks its own (:func:`~collector.views.listing.check_names`)."""
+    listing.check_names(query, (*allowed, *KEPT))
 
 
 def view_query(

@@ -24,8 +24,8 @@ from aiohttp import web
 
 from collector.auth.access import access_of
 from collector.views.cache import NodeCache
-from collector.web.rest.chargeback import MEASURES, Chargeback
-from collector.web.rest.models import UsageReport
+from collector.views.chargeback import MEASURES, Chargeback
+from collector.views.models import UsageReport
 from collector.web.ui import layout
 from collector.web.ui.listing import bad, page_of, view_query
 from collector.web.ui.pages import answering, render, template

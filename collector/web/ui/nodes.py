@@ -18,10 +18,10 @@ from aiohttp import web
 from collector.auth.access import Access, access_of
 from collector.store.latest import Store
 from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.listing import NODE_SORT_FIELDS
+from collector.views.models import CardUsage, ContainerUsage, NodeSummary
 from collector.views.presented import Presented, TenantView
 from collector.views.usage import NodeUsage
-from collector.web.rest.endpoints import NODE_SORT_FIELDS
-from collector.web.rest.models import CardUsage, ContainerUsage, NodeSummary
 from collector.web.ui import layout
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS

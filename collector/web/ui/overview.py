@@ -30,9 +30,9 @@ from collector.auth.access import Access, access_of
 from collector.sources.scrape import ScrapeManager
 from collector.store.latest import Store
 from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.chargeback import IDLE_AFTER
 from collector.views.presented import Presented
 from collector.views.usage import ContainerReading
-from collector.web.rest.chargeback import IDLE_AFTER
 from collector.web.status import target_state
 from collector.web.ui import charts, layout, units
 from collector.web.ui.layout import PAGE_ROWS, Link, promql_link, rest_link

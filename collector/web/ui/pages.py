@@ -16,7 +16,7 @@ import jinja2
 from aiohttp import web
 
 from collector.exposition.render import escape_label_value
-from collector.web.rest.models import ApiError
+from collector.views.models import ApiError
 from collector.web.ui import charts, layout, units
 from collector.web.ui.listing import ViewError
 

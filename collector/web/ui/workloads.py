@@ -30,10 +30,10 @@ from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
 from collector.store.latest import Store
 from collector.views.cache import VIEW_REBUILDS, NodeCache
+from collector.views.listing import CONTAINER_SORT_FIELDS, READING_OF
+from collector.views.models import ContainerRow
 from collector.views.presented import Presented, container_row
 from collector.views.usage import ContainerReading, NodeUsage, Shape
-from collector.web.rest.endpoints import CONTAINER_SORT_FIELDS, READING_OF
-from collector.web.rest.models import ContainerRow
 from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
 from collector.web.ui.kinds import Kinds

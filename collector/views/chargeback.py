@@ -24,16 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from aiohttp import web
-from multidict import MultiMapping
-
-from collector.auth.access import access_of
 from collector.promql.engine import Engine, Queries
+from collector.promql.params import parse_time
 from collector.promql.query import MAX_POINTS_PER_SERIES
 from collector.promql.values import QueryError, RangeSeries
-from collector.web.promapi import parse_time
-from collector.web.rest.endpoints import USAGE
-from collector.web.rest.models import ApiError, UsageGroup, UsageReport
+from collector.views.listing import bad
+from collector.views.models import ApiError, UsageGroup, UsageReport
 
 IDLE_AFTER = 300
 """Seconds without a kernel after which an allocated vGPU counts as idle."""
@@ -81,30 +77,13 @@ class Chargeback:
         self._interval = interval
         self._clock = clock
 
-    async def handle(self, request: web.Request) -> web.Response:
-        """``GET /api/v1/usage``."""
-        query = request.query
-        _check_names(query)
-        by = query.get("by", "namespace")
-        if by not in GROUPS:
-            raise _bad(f"query parameter 'by' must be namespace, pod or node, not {by[:40]!r}")
-        fmt = query.get("format", "json")
-        if fmt not in ("json", "csv"):
-            raise _bad(f"query parameter 'format' must be json or csv, not {fmt[:40]!r}")
-        window = self.window(query.get("start"), query.get("end"))
-        access = access_of(request)
-        report = await self.report(by, window, access.identity, access.namespaces)
-        if fmt == "csv":
-            return web.Response(text=to_csv(report), content_type="text/csv")
-        return web.Response(text=report.model_dump_json(), content_type="application/json")
-
     def window(self, start_text: str | None, end_text: str | None) -> Window:
         """The aligned steps of a requested window, cut to what the history may hold."""
         now = self._clock()
         end = _time(end_text, "end") if end_text else now
         start = _time(start_text, "start") if start_text else end - self._retention
         if not start < end:
-            raise _bad("query parameter 'start' must be before 'end'")
+            raise bad("query parameter 'start' must be before 'end'")
         held_from = max(start, now - self._retention)
         step = max(self._interval, (end - held_from) / MAX_POINTS_PER_SERIES)
         last = math.floor(min(end, now) / step) * step
@@ -195,26 +174,13 @@ def to_csv(report: UsageReport) -> str:
     return out.getvalue()
 
 
-def _check_names(query: MultiMapping[str]) -> None:
-    allowed = [p.name for p in USAGE.params]
-    for name in query:
-        if name not in allowed:
-            raise _bad(f"unknown query parameter {name[:40]!r}; allowed: {', '.join(allowed)}")
-        if len(query.getall(name)) > 1:
-            raise _bad(f"query parameter {name!r} is given more than once")
-
-
 def _time(text: str, name: str) -> float:
     try:
         value = parse_time(text, name)
     except QueryError:
-        raise _bad(
+        raise bad(
             f"query parameter {name!r} must be Unix seconds or RFC 3339, not {text[:40]!r}"
         ) from None
     if not math.isfinite(value):
-        raise _bad(f"query parameter {name!r} must be a finite time")
+        raise bad(f"query parameter {name!r} must be a finite time")
     return value
-
-
-def _bad(message: str) -> ApiError:
-    return ApiError(400, "bad_request", message)
