@@ -260,8 +260,10 @@ def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
     if vec.steps > 1:
         return out
     # an instant query shows the order: group by group, each heap sorted as Prometheus sorts it
-    rows = ranking.sorted_heaps(vec.values[:, 0], heaps, offsets, sizes, not bottom)
-    chosen = out.take(rows)
+    column = np.ascontiguousarray(vec.values[:, 0])
+    ranking.go_sort(column, heaps, offsets, offsets + sizes, not bottom)
+    first = np.repeat(offsets - (np.cumsum(sizes) - sizes), sizes)
+    chosen = out.take(heaps[first + np.arange(first.size)])
     return Vec(chosen.labels, chosen.values, chosen.present)
 
 

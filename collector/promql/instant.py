@@ -60,7 +60,8 @@ def _sorted(vec: Vec, descending: bool) -> Vec:
         return vec
     vec = vec.ordered()
     rows = np.flatnonzero(vec.present[:, 0]).astype(np.int64)
-    ranking.go_sort(vec.values[:, 0], rows, descending)
+    whole = np.zeros(1, dtype=np.int64), np.array([rows.size], dtype=np.int64)
+    ranking.go_sort(np.ascontiguousarray(vec.values[:, 0]), rows, *whole, descending)
     return vec.take(rows)
 
 

@@ -63,16 +63,20 @@ def _swap(idx: IntArray, i: int, j: int) -> None:
 
 
 @compiled
-def go_sort(values: FloatArray, idx: IntArray, descending: bool) -> None:
-    """Order ``idx`` (indexes into ``values``) as Go 1.19's ``sort.Sort`` orders a vector by
-    ``sort.Reverse`` of Prometheus' value heap: descending (``sort_desc``, ``topk``) or
-    ascending (``sort``, ``bottomk``), NaNs last, ties where its swaps leave them."""
-    n = idx.size
-    if n > 1:
-        limit = 0
-        while (1 << limit) <= n:  # Go's bits.Len
-            limit += 1
-        _pdqsort(values, idx, 0, n, limit, descending)
+def go_sort(
+    values: FloatArray, idx: IntArray, starts: IntArray, stops: IntArray, descending: bool
+) -> None:
+    """Order each ``idx[starts[i]:stops[i]]`` (indexes into ``values``) as Go 1.19's
+    ``sort.Sort`` orders a vector by ``sort.Reverse`` of Prometheus' value heap: descending
+    (``sort_desc``, ``topk``) or ascending (``sort``, ``bottomk``), NaNs last, ties where its
+    swaps leave them. One entry point for every caller: numba compiles it once, in ~2 s."""
+    for i in range(starts.size):
+        part = idx[starts[i] : stops[i]]
+        if part.size > 1:
+            limit = 0
+            while (1 << limit) <= part.size:  # Go's bits.Len
+                limit += 1
+            _pdqsort(values, part, part.size, limit, descending)
 
 
 @compiled
@@ -112,47 +116,62 @@ def _heap_sort(values: FloatArray, idx: IntArray, a: int, b: int, descending: bo
 
 
 @compiled
-def _pdqsort(
-    values: FloatArray, idx: IntArray, a: int, b: int, limit: int, descending: bool
-) -> None:
-    balanced, partitioned = True, True
-    while True:
-        length = b - a
-        if length <= _INSERTION:
-            _insertion_sort(values, idx, a, b, descending)
-            return
-        if limit == 0:
-            _heap_sort(values, idx, a, b, descending)
-            return
-        if not balanced:
-            _break_patterns(idx, a, b)
-            limit -= 1
-        pivot, hint = _choose_pivot(values, idx, a, b, descending)
-        if hint == _DECREASING:
-            _reverse(idx, a, b)
-            pivot = (b - 1) - (pivot - a)
-            hint = _INCREASING
-        if (
-            balanced
-            and partitioned
-            and hint == _INCREASING
-            and _partial_insertion_sort(values, idx, a, b, descending)
-        ):
-            return
-        if a > 0 and not _less(values, idx, a - 1, pivot, descending):
-            a = _partition_equal(values, idx, a, b, pivot, descending)
-            continue
-        mid, partitioned = _partition(values, idx, a, b, pivot, descending)
-        left, right = mid - a, b - mid
-        threshold = length // 8
-        if left < right:
-            balanced = left >= threshold
-            _pdqsort(values, idx, a, mid, limit, descending)
-            a = mid + 1
-        else:
-            balanced = right >= threshold
-            _pdqsort(values, idx, mid + 1, b, limit, descending)
-            b = mid
+def _pdqsort(values: FloatArray, idx: IntArray, n: int, limit: int, descending: bool) -> None:
+    """Go's ``pdqsort`` of ``idx[0:n]``, its recursion turned into a stack.
+
+    Go sorts the smaller side of each partition by a call that starts afresh (balanced and
+    partitioned) and goes on with the larger side, its flags kept. Here the larger side
+    waits on the stack with its flags while the smaller is sorted: the ranges are disjoint,
+    and the one element outside its range a range reads (the one before it) is a pivot or
+    one equal to it, already in place, so the order they are sorted in changes nothing; the
+    stack never holds more than log2(n) ranges. Why not recursion: numba took twice as long
+    to compile it (4 s).
+    """
+    stack = np.empty((64, 5), dtype=np.int64)  # a, b, limit, balanced, partitioned
+    stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3], stack[0, 4] = 0, n, limit, 1, 1
+    depth = 1
+    while depth:
+        depth -= 1
+        a, b, limit = stack[depth, 0], stack[depth, 1], stack[depth, 2]
+        balanced, partitioned = stack[depth, 3] != 0, stack[depth, 4] != 0
+        while True:
+            length = b - a
+            if length <= _INSERTION:
+                _insertion_sort(values, idx, a, b, descending)
+                break
+            if limit == 0:
+                _heap_sort(values, idx, a, b, descending)
+                break
+            if not balanced:
+                _break_patterns(idx, a, b)
+                limit -= 1
+            pivot, hint = _choose_pivot(values, idx, a, b, descending)
+            if hint == _DECREASING:
+                _reverse(idx, a, b)
+                pivot = (b - 1) - (pivot - a)
+                hint = _INCREASING
+            if (
+                balanced
+                and partitioned
+                and hint == _INCREASING
+                and _partial_insertion_sort(values, idx, a, b, descending)
+            ):
+                break
+            if a > 0 and not _less(values, idx, a - 1, pivot, descending):
+                a = _partition_equal(values, idx, a, b, pivot, descending)
+                continue
+            mid, done = _partition(values, idx, a, b, pivot, descending)
+            threshold = length // 8
+            rest = stack[depth]
+            if mid - a < b - mid:  # the left is sorted afresh, the right goes on
+                rest[0], rest[1], rest[3] = mid + 1, b, mid - a >= threshold
+                b = mid
+            else:
+                rest[0], rest[1], rest[3] = a, mid, b - mid >= threshold
+                a = mid + 1
+            rest[2], rest[4] = limit, done
+            depth += 1
+            balanced, partitioned = True, True
 
 
 @compiled
@@ -387,19 +406,3 @@ def select_top(
         for g in range(sizes.size):
             for j in range(sizes[g]):
                 kept[s, heaps[offsets[g] + j]] = True
-
-
-@compiled
-def sorted_heaps(
-    column: FloatArray, heaps: IntArray, offsets: IntArray, sizes: IntArray, descending: bool
-) -> IntArray:
-    """The rows of every group's heap (:func:`select_top`), group after group, each sorted as
-    ``topk`` (``descending``) or ``bottomk`` sorts its heap."""
-    rows = np.empty(sizes.sum(), dtype=np.int64)
-    at = 0
-    for g in range(sizes.size):
-        heap = heaps[offsets[g] : offsets[g] + sizes[g]].copy()
-        go_sort(column, heap, descending)
-        rows[at : at + heap.size] = heap
-        at += heap.size
-    return rows
