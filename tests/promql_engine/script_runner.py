@@ -8,7 +8,8 @@ also run as a range query from a minute before to a minute after at a step
 of a minute, which must not fail, and whose middle step must give the same
 result, except for ``eval_ordered`` (a range query has no order). The
 engine of test.go looks back 5 minutes and takes a subquery's default step
-as one minute, as ours does by default.
+as one minute, as ours does by default; its cap of 10,000 samples is not set
+here, as no script depends on it and ours counts samples its own way.
 
 Values compare as test.go's ``almostEqual``: NaN equals NaN, otherwise equal
 or within a relative 1e-6 (an absolute ``1e-6 * minNormal`` near zero).
