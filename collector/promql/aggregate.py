@@ -162,7 +162,8 @@ def _reduce(op: str, groups: Groups, vec: Vec, count: FloatArray) -> FloatArray:
 def _deviation(groups: Groups, vec: Vec, stddev: bool) -> FloatArray:
     """``stddev`` of each group at each step (``stddev``), or ``stdvar``."""
     out = np.empty((len(groups.labels), vec.steps))
-    _welford(vec.values, vec.present, groups.ids, _in_order(vec), stddev, out)
+    values, present = np.ascontiguousarray(vec.values), np.ascontiguousarray(vec.present)
+    _welford(values, present, groups.ids, _in_order(vec), stddev, out)
     return out
 
 
