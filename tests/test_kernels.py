@@ -95,6 +95,19 @@ def total(values: list[float], mean: bool) -> float:
     return result if math.isinf(result) else result + c
 
 
+def deviation(values: list[float], stddev: bool) -> float:
+    """``stdvar_over_time`` / ``stddev_over_time``: Welford's update, both sums Kahan's."""
+    count, mean, c_mean, aux, c_aux = 0.0, 0.0, 0.0, 0.0, 0.0
+    for v in values:
+        count += 1
+        delta = v - (mean + c_mean)
+        mean, c_mean = kahan(div(delta, count), mean, c_mean)
+        aux, c_aux = kahan(delta * (v - (mean + c_mean)), aux, c_aux)
+    variance = div(aux + c_aux, count)
+    with np.errstate(invalid="ignore"):
+        return float(np.sqrt(variance)) if stddev else variance
+
+
 def expected(name: str, points: Points, start: int, end: int) -> float | None:
     """The element Prometheus answers for one window, None where it drops it."""
     values = [v for _, v in points]
@@ -113,6 +126,8 @@ def expected(name: str, points: Points, start: int, end: int) -> float | None:
         return quantile(0.8, values)
     if name in ("sum_over_time", "avg_over_time"):
         return total(values, name == "avg_over_time")
+    if name in ("stddev_over_time", "stdvar_over_time"):
+        return deviation(values, name == "stddev_over_time")
     return extreme(values, name == "max_over_time")
 
 
@@ -125,6 +140,7 @@ NAMES: tuple[str, ...] = (
     "quantile_over_time",
 )
 NAMES += ("max_over_time", "min_over_time", "sum_over_time", "avg_over_time")
+NAMES += ("stddev_over_time", "stdvar_over_time")
 
 
 @settings(max_examples=300, deadline=None)
@@ -177,3 +193,26 @@ def test_each_window_is_what_the_go_loop_gives(
                     got[r, s],
                     want,
                 )
+
+
+def test_equal_values_deviate_by_exactly_zero() -> None:
+    """0.1 or 1/3 seven times: a mean taken as a sum over a count is not exactly them, and the
+    deviations from it were 2e-16 (Prometheus answers 0, and ``stddev_over_time(x) > 0`` must
+    not hold on flat data)."""
+    times = np.arange(7, dtype=np.int64) * 10_000
+    refs = np.array([60_000, 70_000], dtype=np.int64)
+    values = np.array([[0.1] * 7, [1 / 3] * 7, [1e15 / 7] * 7])
+    win = Window(
+        times,
+        np.zeros((3, 1), dtype=np.int64),
+        values,
+        np.ones(values.shape, dtype=bool),
+        bounds(times, refs, 60_000),
+        refs,
+        60_000,
+        refs,
+    )
+    for name in ("stddev_over_time", "stdvar_over_time"):
+        got, present = RANGE_FUNCTIONS[name](win, [])
+        assert present.all()
+        assert (got == 0.0).all(), (name, got)

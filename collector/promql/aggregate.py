@@ -3,8 +3,10 @@
 The groups are found once a query (a dict over label sets, in order of first
 appearance, which is Prometheus' output order); every reduction is then one
 numpy call over all groups and steps (``reduceat`` on rows sorted by group),
-and the ranking ones (``topk``, ``bottomk``, ``quantile``) one sort of all
-present elements keyed by (group, step).
+``quantile`` one sort of all present elements keyed by (group, step); where
+Prometheus' answer depends on the order it visits the elements in (the
+running updates of ``stddev`` and ``stdvar``, the heaps of ``topk`` and
+``bottomk``) a compiled loop visits them in that order.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from collector.compiled import compiled
 from collector.tsdb.series import LabelSet
 
+from . import ranking
 from .arrays import BoolArray, FloatArray, IntArray, Vec
 from .floats import format_float, go_float_str
 from .plan import AggNode
@@ -144,19 +147,64 @@ def _reduce(op: str, groups: Groups, vec: Vec, count: FloatArray) -> FloatArray:
         return count
     if op == "group":
         return np.ones(count.shape)
+    if op in ("stddev", "stdvar"):
+        return _deviation(groups, vec, op == "stddev")
     masked = np.where(present, vec.values, 0.0)
     if op == "sum":
         return groups.total(masked)
     if op in ("max", "min"):
         pick = np.fmax if op == "max" else np.fmin
         return groups.reduce(pick, np.where(present, vec.values, np.nan))
-    safe = np.maximum(count, 1)
-    if op == "avg":
-        return _mean(groups, vec, masked, safe)
-    mean = groups.total(masked) / safe
-    deviation = np.where(present, vec.values - mean[groups.ids], 0.0)
-    variance: FloatArray = groups.total(deviation * deviation) / safe
-    return np.sqrt(variance) if op == "stddev" else variance
+    assert op == "avg"
+    return _mean(groups, vec, masked, np.maximum(count, 1))
+
+
+def _deviation(groups: Groups, vec: Vec, stddev: bool) -> FloatArray:
+    """``stddev`` of each group at each step (``stddev``), or ``stdvar``."""
+    out = np.empty((len(groups.labels), vec.steps))
+    values, present = np.ascontiguousarray(vec.values), np.ascontiguousarray(vec.present)
+    _welford(values, present, groups.ids, _in_order(vec), stddev, out)
+    return out
+
+
+@compiled
+def _welford(
+    values: FloatArray,
+    present: BoolArray,
+    ids: IntArray,
+    order: IntArray,
+    stddev: bool,
+    out: FloatArray,
+) -> None:
+    """Welford's update over each group's elements, taken in Prometheus' order (``order``),
+    as its ``aggregation`` does: a group of equal values deviates by exactly
+    0, where a mean taken first and the deviations from it after gave 2e-15.
+
+    Why compiled: the update is sequential per group and step; over a (rows, steps) matrix
+    it is one pass that reads each element once.
+    """
+    groups, steps = out.shape
+    count = np.zeros((groups, steps), dtype=np.int64)
+    mean = np.zeros((groups, steps))
+    aux = np.zeros((groups, steps))
+    for r in order:
+        g = ids[r]
+        for s in range(steps):
+            if not present[r, s]:
+                continue
+            v = values[r, s]
+            n = count[g, s] + 1
+            count[g, s] = n
+            if n == 1:
+                mean[g, s] = v
+                continue
+            delta = v - mean[g, s]
+            mean[g, s] += delta / n
+            aux[g, s] += delta * (v - mean[g, s])
+    for g in range(groups):
+        for s in range(steps):
+            variance = aux[g, s] / count[g, s]
+            out[g, s] = np.sqrt(variance) if stddev else variance
 
 
 def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> FloatArray:
@@ -180,122 +228,58 @@ def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> Fl
     return np.where(nan | (up & down), np.nan, mean)
 
 
-def _ranked(
-    vec: Vec, ids: IntArray, descending: bool, nan_first: bool, among: IntArray | None = None
-) -> tuple[IntArray, IntArray, IntArray]:
-    """Present elements sorted by (group, step), then by value, NaNs first or last.
+def _ranked(vec: Vec, ids: IntArray) -> tuple[IntArray, IntArray]:
+    """Present elements sorted by (group, step), then by value ascending, NaNs first.
 
-    Returns the elements' rows and steps in that order, and each one's rank in its (group,
-    step) among the rows ``among`` (ascending; all if None).
+    Returns the elements' rows and steps in that order.
     """
-    if among is None:
-        rows, cols = np.nonzero(vec.present)
-    else:
-        rows, cols = np.nonzero(vec.present[among])
-        rows = among[rows]
+    rows, cols = np.nonzero(vec.present)
     values = vec.values[rows, cols]
     segment = ids[rows] * vec.steps + cols
     nan = np.isnan(values)
-    key = np.where(nan, 0.0, -values if descending else values)
-    order = np.lexsort((key, ~nan if nan_first else nan, segment))
-    segment = segment[order]
-    starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]]) if segment.size else segment
-    sizes = np.diff(np.r_[starts, segment.size])
-    rank = np.arange(segment.size) - np.repeat(starts, sizes)
-    return rows[order], cols[order], rank
+    order = np.lexsort((np.where(nan, 0.0, values), ~nan, segment))
+    return rows[order], cols[order]
 
 
 def _top(node: AggNode, vec: Vec, k: IntArray) -> Vec:
-    """``topk``/``bottomk``: the input elements ranked within their group at each step."""
+    """``topk``/``bottomk``: each group's elements kept at each step as Prometheus' heap keeps
+    them (:mod:`.ranking`), ties included; an instant query's in its order."""
     if not vec.labels:
         return Vec.empty(vec.steps)
     groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank, vec.maps)
-    descending = node.op == "topk"
-    among = _contenders(vec, k, descending) if len(groups.labels) == 1 else None
-    rows, cols, rank = _ranked(vec, groups.ids, descending, nan_first=False, among=among)
-    keep = rank < k[cols]
-    present = np.zeros(vec.present.shape, dtype=bool)
-    present[rows[keep], cols[keep]] = True
-    out = vec.with_values(vec.values, present)
-    if vec.steps == 1:  # an instant query shows the order: by group, then rank
-        chosen = out.take(rows[keep])
-        return Vec(chosen.labels, chosen.values, chosen.present)
-    return out
+    count = len(groups.labels)
+    room = np.minimum(np.bincount(groups.ids, minlength=count), max(int(k.max(initial=0)), 0))
+    offsets = np.cumsum(room) - room
+    heaps = np.empty(int(room.sum()), dtype=np.int64)
+    sizes = np.zeros(count, dtype=np.int64)
+    steps = np.ascontiguousarray(vec.values.T), np.ascontiguousarray(vec.present.T)
+    kept = np.zeros(steps[1].shape, dtype=bool)
+    bottom = node.op == "bottomk"
+    order = _in_order(vec)
+    ranking.select_top(*steps, groups.ids, order, k, bottom, offsets, heaps, sizes, kept)
+    out = vec.with_values(vec.values, kept.T)
+    if vec.steps > 1:
+        return out
+    # an instant query shows the order: group by group, each heap sorted as Prometheus sorts it
+    column = np.ascontiguousarray(vec.values[:, 0])
+    ranking.go_sort(column, heaps, offsets, offsets + sizes, not bottom)
+    first = np.repeat(offsets - (np.cumsum(sizes) - sizes), sizes)
+    chosen = out.take(heaps[first + np.arange(first.size)])
+    return Vec(chosen.labels, chosen.values, chosen.present)
 
 
-def _contenders(vec: Vec, k: IntArray, descending: bool) -> IntArray | None:
-    """The rows of one group that may be among the first ``k`` at some step, or None where
-    that may be most of them.
-
-    At a step with ``k`` numbers or more, only those at least as good as its
-    ``k``-th best can (NaNs rank last); at any other step, every row present
-    there. Why: ranking every element of a large vector (a sort of rows x
-    steps) was most of a dashboard's ``topk``; finding each step's ``k``-th
-    best is linear, and the few contenders sort at once.
-    """
-    most = int(k.max(initial=0))
-    if 2 * most > len(vec.labels):
-        return None
-    if not most:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(_contending(vec.values, vec.present, most, descending))
-
-
-@compiled
-def _contending(values: FloatArray, present: BoolArray, most: int, descending: bool) -> BoolArray:
-    """Which rows contend (:func:`_contenders`), each step's ``most`` best kept in a heap.
-
-    Why compiled: in numpy, a partition of every step's column and a few passes
-    over ``(rows, steps)`` took 11.6 ms for 18,875 series x 61 steps (200 nodes'
-    ``topk``); one pass here reads each element once or twice.
-    """
-    rows, steps = values.shape
-    best = np.full((steps, most), -np.inf)  # each step's best keys: a heap, its worst first
-    numbers = np.zeros(steps, dtype=np.int64)
-    for r in range(rows):
-        for s in range(steps):
-            if present[r, s] and not np.isnan(values[r, s]):
-                numbers[s] += 1
-                key = values[r, s] if descending else -values[r, s]
-                if key > best[s, 0]:
-                    _replace_worst(best[s], key)
-    contend = np.zeros(rows, dtype=np.bool_)
-    for r in range(rows):
-        for s in range(steps):
-            if not present[r, s]:
-                continue
-            key = values[r, s] if descending else -values[r, s]
-            if numbers[s] < most or key >= best[s, 0]:  # a NaN key compares False
-                contend[r] = True
-                break
-    return contend
-
-
-@compiled
-def _replace_worst(heap: FloatArray, key: float) -> None:
-    """Put ``key`` in the place of a min-heap's root, and sift it down.
-
-    Written here because numba's ``heapq`` takes lists only: each step's heap is a row of
-    one array, which a list per step (61 of them for an hour at 60 s) would replace with
-    typed-list appends."""
-    at = 0
-    while True:
-        child = 2 * at + 1
-        if child >= heap.size:
-            break
-        if child + 1 < heap.size and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] >= key:
-            break
-        heap[at] = heap[child]
-        at = child
-    heap[at] = key
+def _in_order(vec: Vec) -> IntArray:
+    """The rows in the order of Prometheus' elements, which its aggregations visit."""
+    if vec.rank is None:
+        return np.arange(len(vec.labels), dtype=np.int64)
+    order: IntArray = np.argsort(vec.rank, kind="stable")
+    return order
 
 
 def _quantile(groups: Groups, vec: Vec, q: FloatArray) -> FloatArray:
     """Prometheus' ``quantile``: NaNs sort first, then linear interpolation between ranks."""
     steps = vec.steps
-    rows, cols, _ = _ranked(vec, groups.ids, descending=False, nan_first=True)
+    rows, cols = _ranked(vec, groups.ids)
     values = vec.values[rows, cols]
     segment = groups.ids[rows] * steps + cols
     sizes = np.bincount(segment, minlength=len(groups.labels) * steps)

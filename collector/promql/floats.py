@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .arrays import FloatArray, IntArray
+from .arrays import FloatArray
 
 
 def _special(value: float) -> str | None:
@@ -121,9 +121,3 @@ MATH_FUNCTIONS: Mapping[str, Callable[[FloatArray], FloatArray]] = MappingProxyT
     }
 )
 """PromQL's one-argument math functions by name; numpy's agree with Go's on every special value."""
-
-
-def nan_last_order(values: FloatArray, descending: bool) -> IntArray:
-    """Indexes that order ``values`` ascending or descending, NaN always last, ties as given."""
-    order: IntArray = np.lexsort((-values if descending else values, np.isnan(values)))
-    return order

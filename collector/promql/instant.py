@@ -11,13 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import ranking
 from .arrays import BoolArray, FloatArray, IntArray, Vec
-from .floats import MATH_FUNCTIONS, go_max, go_min, nan_last_order, round_to
+from .floats import MATH_FUNCTIONS, go_max, go_min, round_to
 from .plan import DATE_FUNCTIONS, MatrixNode, Node, SelectorNode
 from .values import METRIC_NAME, Labels
-
-_GO_INSERTION_SORT = 12
-"""The most elements Go's ``sort.Sort`` (pdqsort) orders by plain insertion sort."""
 
 _DATE_LIMIT = 1e17
 """Seconds past which a date is not computed (NaN): far beyond any year numpy can name."""
@@ -56,19 +54,15 @@ def _values(
 
 
 def _sorted(vec: Vec, descending: bool) -> Vec:
-    """``sort``, ``sort_desc``: order only shows in an instant query, a single step."""
+    """``sort``, ``sort_desc``: order only shows in an instant query, a single step, where
+    the elements are ordered as Prometheus' Go sort orders them (:mod:`.ranking`)."""
     if vec.steps != 1 or len(vec.labels) < 2:
         return vec
     vec = vec.ordered()
-    keyed = np.where(vec.present[:, 0], vec.values[:, 0], np.nan)
-    order = nan_last_order(keyed, descending)
-    if len(order) <= _GO_INSERTION_SORT:
-        # Go sorts so few by insertion, where each NaN moves before the NaNs already
-        # sorted: they come out last, in reverse order.
-        nans = int(np.isnan(keyed).sum())
-        if nans > 1:
-            order = np.concatenate([order[:-nans], order[-nans:][::-1]])
-    return vec.take(order)
+    rows = np.flatnonzero(vec.present[:, 0]).astype(np.int64)
+    whole = np.zeros(1, dtype=np.int64), np.array([rows.size], dtype=np.int64)
+    ranking.go_sort(np.ascontiguousarray(vec.values[:, 0]), rows, *whole, descending)
+    return vec.take(rows)
 
 
 def date_function(name: str, seconds: FloatArray) -> FloatArray:

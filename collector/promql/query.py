@@ -5,23 +5,32 @@ Each is plan (:mod:`.plan`), select (:mod:`.select`), evaluate
 :func:`prepare_range` plan the query and read the storage, and
 :meth:`Prepared.run` evaluates what was read without touching the storage, so
 a server reads where the storage is safe to read and evaluates anywhere.
-Semantics follow Prometheus 2.x (checked against 2.42 by
+Semantics follow Prometheus 2.42 (checked against it by
 tests/test_promql_vs_prometheus.py).
 
-Supported: selectors with ``= != =~ !~``, ``offset`` and ``@`` (a time,
-``start()``, ``end()``); subqueries; number and string literals, unary minus;
-``+ - * / % ^`` and ``== != > < >= <=`` (with ``bool``) between scalars and
-vectors, vector matching with ``on``/``ignoring`` and
+Answered: every function, aggregation, operator and modifier of Prometheus
+2.42 over float samples. Selectors with ``= != =~ !~``, ``offset`` and ``@``
+(a time, ``start()``, ``end()``); subqueries; number and string literals,
+unary minus; ``+ - * / % ^ atan2`` and ``== != > < >= <=`` (with ``bool``)
+between scalars and vectors, vector matching with ``on``/``ignoring`` and
 ``group_left``/``group_right``; ``and or unless``; the aggregations ``sum avg
 min max count group stddev stdvar topk bottomk quantile count_values`` with
 ``by``/``without``; the functions ``abs ceil floor round sgn clamp clamp_min
-clamp_max exp ln log2 log10 sqrt``, ``label_replace label_join time timestamp
-vector scalar sort sort_desc absent``, ``day_of_month day_of_week day_of_year
-days_in_month hour minute month year``, ``rate irate increase delta idelta
-changes resets deriv predict_linear holt_winters`` and ``avg min max sum count
-last quantile stddev stdvar present absent _over_time``. Anything else
-(histogram functions, trigonometry, ``atan2``, ...) is refused with an
-``execution`` error ``unsupported: <feature>`` before any data is read.
+clamp_max exp ln log2 log10 sqrt``, the trigonometric ``sin cos tan asin acos
+atan sinh cosh tanh asinh acosh atanh deg rad pi``, ``label_replace
+label_join time timestamp vector scalar sort sort_desc absent``,
+``day_of_month day_of_week day_of_year days_in_month hour minute month
+year``, ``rate irate increase delta idelta changes resets deriv
+predict_linear holt_winters``, ``avg min max sum count last quantile stddev
+stdvar present absent _over_time``, and ``histogram_quantile`` over classic
+``_bucket`` series. Prometheus' own engine tests of 2.42 run against it too
+(tests/promql_engine/).
+
+Refused with an ``execution`` error ``unsupported: <feature>`` before any
+data is read: the native-histogram functions (``histogram_count``,
+``histogram_sum``, ``histogram_fraction``: the storage holds floats only),
+functions and aggregations newer than 2.42 that the parser knows, ``or``
+inside label matchers, ``fill`` modifiers, and an ``@`` time before 1970.
 """
 
 from __future__ import annotations

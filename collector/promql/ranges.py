@@ -4,10 +4,10 @@ Each function takes a :class:`~.lookup.Window` (a block's series, or several
 blocks' stacked, and each step's window on them) and its scalar arguments, one value per step, and
 returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
 Prometheus drops the element (an empty window, ``rate`` of one point...).
-Rates, regressions, sums, means, extremes and quantiles are compiled loops
-over each window's points (:mod:`.kernels`); counts, first and last points and
-counter changes come from prefix arrays in closed form; variances and
-Holt-Winters from window tensors a chunk of steps at a time. The arithmetic
+Rates, regressions, sums, means, variances, extremes and quantiles are compiled
+loops over each window's points (:mod:`.kernels`); counts, first and last points
+and counter changes come from prefix arrays in closed form; Holt-Winters from
+window tensors a chunk of steps at a time. The arithmetic
 follows Prometheus 2.42's ``promql/functions.go``.
 """
 
@@ -90,7 +90,7 @@ def _predict_linear(win: Window, args: Sequence[FloatArray]) -> Result:
 
 def _over_points(kernel: Callable[..., None], variant: bool) -> RangeFn:
     """A range function of a kernel that reads only the windows' values, in one of its two
-    variants (max or min, mean or sum)."""
+    variants (max or min, mean or sum, deviation or variance)."""
 
     def apply(win: Window, _: Sequence[FloatArray]) -> Result:
         out, present = _out(win)
@@ -134,18 +134,6 @@ def _quantile(win: Window, args: Sequence[FloatArray]) -> Result:
     out, present = _out(win)
     kernels.quantile(win.values, win.points, win.lo, win.hi, args[0], out, present)
     return out, present
-
-
-def _variance(values: FloatArray, mask: BoolArray, _: int, __: Sequence[FloatArray]) -> FloatArray:
-    count = np.maximum(mask.sum(axis=2), 1)
-    mean = np.where(mask, values, 0.0).sum(axis=2) / count
-    deviation = np.where(mask, values - mean[..., None], 0.0)
-    variance: FloatArray = (deviation * deviation).sum(axis=2) / count
-    return variance
-
-
-def _stddev(values: FloatArray, mask: BoolArray, r: int, args: Sequence[FloatArray]) -> FloatArray:
-    return np.sqrt(_variance(values, mask, r, args))
 
 
 def _holt_winters(
@@ -214,8 +202,8 @@ RANGE_FUNCTIONS: Mapping[str, RangeFn] = MappingProxyType(
         "present_over_time": _present_over_time,
         "max_over_time": _over_points(kernels.extreme, True),
         "min_over_time": _over_points(kernels.extreme, False),
-        "stdvar_over_time": _tensor_fn(_variance),
-        "stddev_over_time": _tensor_fn(_stddev),
+        "stdvar_over_time": _over_points(kernels.variance, False),
+        "stddev_over_time": _over_points(kernels.variance, True),
         "quantile_over_time": _quantile,
     }
 )
