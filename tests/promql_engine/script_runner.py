@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from at_variants import at_variants
 from script_format import Clear, Command, Eval, Labels, Load
 
-from collector.exposition.render import series_key
+from collector.normalise.labelsets import series_key
 from collector.promql.query import prepare_instant, prepare_range
 from collector.promql.values import Element, QueryError, Scalar
 from collector.tsdb.history import History
