@@ -77,7 +77,7 @@ footer code { font-size: .95em; }
 <p class="links">The same numbers:
 {%- for label, href in links %} <a href="{{ href }}"><code>{{ label }}</code></a>{{ ' ·' if not loop.last }}{% endfor %}</p>
 {%- endif %}
-<p>Rendered {{ rendered_at }} UTC.
+<p>Rendered {{ rendered_at }}.
 {%- if refresh_ms %} This page reloads every {{ interval }} (<a href="{{ stop_href }}">stop</a>).{% endif %}</p>
 </footer>
 {%- if refresh_ms %}
