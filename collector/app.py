@@ -42,7 +42,6 @@ from collector.normalise.bodies import PassThrough
 from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
 from collector.remote.queue import QueueConfig
-from collector.remote.status import remote_panel
 from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
@@ -52,7 +51,7 @@ from collector.sources.kubelet_devices import Assignments
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
 from collector.sources.push import PushConfig, PushReceiver
-from collector.sources.scrape import ScrapeConfig, ScrapeManager
+from collector.sources.scrape import ScrapeConfig, ScrapeLoop, ScrapeManager
 from collector.sources.targets import Target
 from collector.store.latest import Store
 from collector.tsdb.history import History
@@ -64,12 +63,13 @@ from collector.web.metrics import MetricsPage
 from collector.web.promapi import PrometheusAPI
 from collector.web.promjson import matrix_body
 from collector.web.rest.handlers import RestApi
-from collector.web.status import DISCOVERY, PANELS, StatusPage
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.login import SignInPages
 from collector.web.ui.namespaces import NamespaceView
 from collector.web.ui.nodes import NodeViews
 from collector.web.ui.overview import Overview
+from collector.web.ui.panels import remote_panel
+from collector.web.ui.status import DISCOVERY, PANELS, StatusPage
 from collector.web.ui.trend import Trend
 from collector.web.ui.workloads import WorkloadViews
 from collector.web.webconfig import TLSReloads, WebConfig, web_middleware
@@ -166,14 +166,21 @@ def build_app(
     app.router.add_routes(namespaces.routes())
     app.cleanup_ctx.append(namespaces.closing)
     trend = Trend(engine, interval)
-    app.router.add_routes(Overview(store, nodes, interval, trend, SCRAPER).routes())
+    app.router.add_routes(Overview(store, nodes, interval, trend, _scraped).routes())
     app.cleanup_ctx.append(trend.running)
     app[DISCOVERY] = []
     app[PANELS] = []
-    status = StatusPage(store, metrics, settings.interval, SCRAPER, TASKS, _ready)
+    status = StatusPage(store, metrics, settings.interval, _scraped, TASKS, _ready)
     app.router.add_routes(status.routes())
     app.router.add_routes(SignInPages(lambda: app[READ_AUTH], metrics.read_refused).routes())
     return app
+
+
+def _scraped(app: web.Application) -> list[ScrapeLoop]:
+    """The scrape loops running now, none before scraping starts: what the overview and the
+    status page read of the sources (as :class:`~collector.views.sourcestate.Scraped`)."""
+    manager = app.get(SCRAPER)
+    return [] if manager is None else manager.loops()
 
 
 async def _fewer_full_collections(app: web.Application) -> AsyncIterator[None]:

@@ -1,4 +1,5 @@
-"""The status page (``GET /status``): filters, pages, escaping, and the demo in a real browser.
+"""The status page (``GET /status``): filters, pages, escaping, its place in the views' frame,
+and the demo in a real browser.
 
 The browser is Debian's chromium, headless, fetched into .tools by ``make tools``:
 it loads the page the demo serves, the test reads the DOM it built and keeps a
@@ -25,7 +26,9 @@ from collector.app import STORE
 from collector.normalise.batch import Batch, Source
 from collector.normalise.labelsets import series_key
 from collector.normalise.schema import MEMORY_ALLOCATED, SourceKind
-from collector.web.status import PAGE_ROWS, PANELS, Panel
+from collector.web.ui.layout import NAV, PAGE_ROWS
+from collector.web.ui.panels import Panel
+from collector.web.ui.status import PANELS
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 from simulator.run import demo_app
@@ -203,21 +206,70 @@ class Unreported(HTMLParser):
             self.rows[self._node].append(data)
 
 
+class ErrorPage(HTMLParser):
+    """An error page of the frame: its title (``<h1>``) and what it says (``p.error``)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.title = self.said = ""
+        self._into = ""
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "h1" or (tag == "p" and dict(attrs).get("class") == "error"):
+            self._into = tag
+
+    def handle_endtag(self, tag: str) -> None:
+        self._into = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._into == "h1":
+            self.title += data
+        elif self._into == "p":
+            self.said += data
+
+
 @pytest.mark.parametrize(
-    ("query", "named"),
+    ("query", "said"),
     [
-        ("state=down", "state"),
-        ("kind=gpu", "kind"),
-        ("page=0", "page"),
-        ("page=x", "page"),
-        ("page=%C2%B2", "page"),
+        ("state=down", "state must be"),
+        ("kind=gpu", "kind must be"),
+        ("page=0", "page must be"),
+        ("page=x", "page must be"),
+        ("page=%C2%B2", "page must be"),
+        ("colour=red", "unknown query parameter 'colour'"),
+        ("node=a&node=b", "query parameter 'node' is given more than once"),
     ],
 )
-async def test_a_bad_parameter_is_refused_by_name(query: str, named: str) -> None:
+async def test_a_bad_parameter_is_refused_by_name(query: str, said: str) -> None:
+    """A 400 is the frame's error page, as every view's is, naming the parameter."""
     async with with_agents(["n-1"]) as (base, _), aiohttp.ClientSession() as http:
-        status, text = await get(http, f"{base}/status?{query}")
-        assert status == 400
-        assert text.startswith(f"bad request: {named} must be")
+        async with http.get(f"{base}/status?{query}") as resp:
+            status, kind, html = resp.status, resp.content_type, await resp.text()
+        assert (status, kind) == (400, "text/html")
+        page = ErrorPage(html)
+        assert page.title == "Bad request"
+        assert page.said.startswith(said), page.said
+        assert '<a href="/status" aria-current="page">Status</a>' in html  # the frame's nav
+
+
+async def test_the_page_is_in_the_views_frame() -> None:
+    """The nav of every view with Status current, the frame's one stylesheet and its footer;
+    no reload (it would lose a node filter being typed), so no script at all."""
+    async with with_agents(["n-1", "n-2"]) as (base, _), aiohttp.ClientSession() as http:
+        _, html = await get(http, f"{base}/status", {"kind": "agent"})
+        for label, path in NAV:
+            current = ' aria-current="page"' if path == "/status" else ""
+            assert f'<a href="{path}"{current}>{label}</a>' in html
+        assert html.count("<style>") == 1
+        assert "<h1>Status</h1>" in html
+        assert '<p class="links">The same numbers:' in html
+        assert "<script" not in html
+        assert Rows(html).nodes() == ["n-1", "n-2"]
+        assert 'href="/status?state=up&amp;kind=agent"' in html  # a filter keeps the others
+        # the frame's refresh=0 (its "stop" link on other pages) is taken and changes nothing
+        _, still = await get(http, f"{base}/status", {"kind": "agent", "refresh": "0"})
+        assert Rows(still).nodes() == ["n-1", "n-2"]
 
 
 async def test_every_value_from_the_cluster_is_escaped() -> None:

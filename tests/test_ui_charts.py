@@ -20,12 +20,12 @@ from collector.web.ui.charts import (
     MARGIN_TOP,
     Series,
     bar,
-    clock,
     line_chart,
     nice_top,
     sparkline,
     time_ticks,
 )
+from core import durations
 
 SVG = "{http://www.w3.org/2000/svg}"
 GIB = 1 << 30
@@ -80,6 +80,37 @@ def test_other_units_read_as_a_person_writes_them() -> None:
     assert units.cores(2.5) == "2.5 cards"
     assert units.count(5000) == "5,000"
     assert units.percent(None) == units.watts(math.inf) == units.duration(None) == units.MISSING
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0 s"),
+        (0.0015, "1.5 ms"),
+        (0.25, "250 ms"),
+        (0.9996, "1 s"),  # the unit is chosen on the value as written: never "1,000 ms"
+        (1.5, "1.5 s"),
+        (12.345, "12.3 s"),
+        (59.97, "1 min"),
+        (1600, "26.7 min"),
+        (12345, "3.43 h"),
+        (1e8, "1,157 d"),
+        (-0.5, "-500 ms"),
+    ],
+)
+def test_one_duration_for_messages_and_pages(seconds: float, text: str) -> None:
+    """The pages' durations are the messages' (``core.durations``): one formatter."""
+    assert units.duration(seconds) == durations.duration(seconds) == text
+
+
+def test_times_and_ages_read_in_utc() -> None:
+    assert units.utc(T0) == "2026-05-28 20:30:00 UTC"
+    assert units.clock(T0) == "20:30"
+    assert units.utc(None) == units.MISSING
+    assert units.ago(T0 - 4.2, T0) == "4.2 s ago"
+    assert units.ago(T0 - 210, T0) == "3.5 min ago"
+    assert units.ago(T0 + 3, T0) == "0 s ago"  # a clock a little ahead is not the future
+    assert units.ago(None, T0) == "never"
 
 
 def test_bar_lengths_are_proportional_to_the_values() -> None:
@@ -203,6 +234,6 @@ def test_axis_tops_are_round(value: float, top: float) -> None:
 
 def test_time_ticks_are_round_and_within_the_span() -> None:
     ticks = time_ticks(T0 + 5, T0 + 3600)  # an hour: quarter hours
-    assert [clock(t) for t in ticks] == ["20:45", "21:00", "21:15", "21:30"]
+    assert [units.clock(t) for t in ticks] == ["20:45", "21:00", "21:15", "21:30"]
     day = time_ticks(T0, T0 + 86400)  # a day: every 6 hours
-    assert [clock(t) for t in day] == ["00:00", "06:00", "12:00", "18:00"]
+    assert [units.clock(t) for t in day] == ["00:00", "06:00", "12:00", "18:00"]

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 from markupsafe import Markup, escape
+
+from collector.web.ui.units import clock
 
 Format = Callable[[float | None], str]
 """A unit's formatter, from :mod:`collector.web.ui.units`."""
@@ -47,11 +48,6 @@ def nice_top(value: float) -> float:
         if value <= factor * power * (1 + 1e-12):
             return float(factor * power)
     return float(10 * power)
-
-
-def clock(t: float) -> str:
-    """A Unix time as ``HH:MM`` UTC, the time axis's labels."""
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M")
 
 
 def time_ticks(first: float, last: float, most: int = 6) -> list[float]:

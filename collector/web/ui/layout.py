@@ -10,8 +10,8 @@ answers with :func:`render`. Pages of rows use :func:`page_number` and
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import NamedTuple
 from urllib.parse import urlencode
 
@@ -62,6 +62,8 @@ ENVIRONMENT.filters.update(
     watts=units.watts,
     celsius=units.celsius,
     duration=units.duration,
+    ago=units.ago,
+    utc=units.utc,
     byte_hours=units.byte_hours,
     core_hours=units.core_hours,
     cores=units.cores,
@@ -73,7 +75,8 @@ _FRAME = ENVIRONMENT.from_string(FRAME)
 
 def template(source: str) -> jinja2.Template:
     """A view's body template in the shared environment: autoescape on, the units as
-    filters, ``bar``, ``sparkline`` and ``units`` as globals."""
+    filters (``ago`` takes the time it is measured at: ``{{ t|ago(now) }}``), ``bar``,
+    ``sparkline`` and ``units`` as globals."""
     return ENVIRONMENT.from_string(source)
 
 
@@ -102,7 +105,7 @@ def render(
         else f"{access.identity}: namespaces {', '.join(sorted(access.namespaces or ()))}",
         signed_in=signed_in(request),
         links=links,
-        rendered_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        rendered_at=units.utc(time.time()),
         refresh_ms=max(1000, round(interval * 1000)) if refresh else 0,
         interval=units.duration(interval),
         stop_href=str(request.rel_url.update_query(refresh="0")),

@@ -36,9 +36,20 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .card .label { color: #4b5563; font-size: .9em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.2em; }
 .state { display: inline-block; border-radius: 3px; padding: 0 .4em; font-weight: 600; font-size: .85em; }
-.state-ok, .state-busy { background: #d7f5dd; color: #1d6b2f; }
-.state-failing, .state-dead { background: #fbd9dc; color: #a51d2d; }
-.state-stale, .state-unreported, .state-idle { background: #fdf0c4; color: #7a5a00; }
+.state-ok, .state-busy, .state-up, .state-synced, .state-ready, .state-serving { background: #d7f5dd; color: #1d6b2f; }
+.state-failing, .state-dead, .state-error { background: #fbd9dc; color: #a51d2d; }
+.state-stale, .state-unreported, .state-idle, .state-late, .state-waiting, .state-pending { background: #fdf0c4; color: #7a5a00; }
+.summary { display: flex; flex-wrap: wrap; gap: .6em 2em; margin: .6em 0; }
+.summary b { font-size: 1.2em; }
+.filters { margin: .5em 0; }
+.filters a { margin-right: .9em; }
+.filters a[aria-current] { font-weight: 700; text-decoration: none; color: #1d1f23; }
+.filters form { display: inline; }
+table.sources, table.panel { width: 100%; }
+table.sources td, table.panel td { vertical-align: top; }
+td.last-error { color: #a51d2d; font-family: ui-monospace, monospace; font-size: 12px; max-width: 44em; overflow-wrap: anywhere; }
+.recent span { display: inline-block; width: 7px; height: 12px; margin-right: 1px; border-radius: 1px; }
+.recent .good { background: #33a853; } .recent .bad { background: #d93a49; }
 .tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(10.5em, 1fr)); gap: .4em; margin: .5em 0; }
 .tile { border: 1px solid #c9ccd2; border-radius: 4px; padding: .3em .5em; font-size: .85em; color: #1d1f23; text-decoration: none; }
 .tile .name { font-weight: 600; overflow-wrap: anywhere; }
@@ -77,7 +88,7 @@ footer code { font-size: .95em; }
 <p class="links">The same numbers:
 {%- for label, href in links %} <a href="{{ href }}"><code>{{ label }}</code></a>{{ ' ·' if not loop.last }}{% endfor %}</p>
 {%- endif %}
-<p>Rendered {{ rendered_at }} UTC.
+<p>Rendered {{ rendered_at }}.
 {%- if refresh_ms %} This page reloads every {{ interval }} (<a href="{{ stop_href }}">stop</a>).{% endif %}</p>
 </footer>
 {%- if refresh_ms %}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from urllib.parse import quote
@@ -27,13 +27,12 @@ from urllib.parse import quote
 from aiohttp import web
 
 from collector.auth.access import Access, access_of
-from collector.sources.scrape import ScrapeManager
 from collector.store.latest import Store
 from collector.views.cache import VIEW_REBUILDS, NodeCache
 from collector.views.chargeback import IDLE_AFTER
 from collector.views.presented import Presented
+from collector.views.sourcestate import Scraped, target_state
 from collector.views.usage import ContainerReading
-from collector.web.status import target_state
 from collector.web.ui import charts, layout, units
 from collector.web.ui.layout import PAGE_ROWS, Link, promql_link, rest_link
 from collector.web.ui.trend import Trend, measures
@@ -280,7 +279,7 @@ def tile_of(entry: Entry) -> Tile:
 
 class Overview:
     """The overview's handler: the store and the REST API's node cache, the scrape loops
-    (under ``scraper``, set once the app runs) for failing monitors, the trend for the chart."""
+    running in the app (``scraped``) for failing monitors, the trend for the chart."""
 
     def __init__(
         self,
@@ -288,13 +287,13 @@ class Overview:
         nodes: NodeCache,
         interval: float,
         trend: Trend,
-        scraper: web.AppKey[ScrapeManager],
+        scraped: Callable[[web.Application], Sequence[Scraped]],
     ) -> None:
         self._store = store
         self._nodes = nodes
         self._interval = interval
         self._trend = trend
-        self._scraper = scraper
+        self._scraped = scraped
         self._ledger = Ledger()
 
     def routes(self) -> list[web.RouteDef]:
@@ -395,10 +394,7 @@ class Overview:
         )
 
     def _failing(self, app: web.Application) -> set[str]:
-        scraper = app.get(self._scraper)
-        if scraper is None:
-            return set()
-        return {loop.target.node for loop in scraper.loops() if target_state(loop) == "failing"}
+        return {loop.target.node for loop in self._scraped(app) if target_state(loop) == "failing"}
 
 
 def _page(request: web.Request) -> int:

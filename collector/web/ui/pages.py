@@ -41,7 +41,7 @@ def render(body: jinja2.Template, **context: Any) -> str:
     """``body`` rendered with ``context`` and the helpers every view's template calls:
     ``bar`` (:func:`charts.bar`), ``units``, ``segment`` (a name as one path segment)
     and ``clock`` (a Unix time as UTC ``HH:MM``)."""
-    return body.render(bar=charts.bar, units=units, segment=segment, clock=charts.clock, **context)
+    return body.render(bar=charts.bar, units=units, segment=segment, clock=units.clock, **context)
 
 
 def segment(text: str) -> str:

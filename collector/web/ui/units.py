@@ -1,13 +1,19 @@
-"""Numbers as a person reads them: GiB, %, W, °C, minutes and hours, GiB·h.
+"""Numbers as a person reads them: GiB, %, W, °C, minutes and hours, GiB·h, times and ages.
 
 Each function takes the raw value the collector holds (bytes, a 0-1 ratio,
-seconds, ...) and returns short text; None, NaN and infinities read as
-:data:`MISSING`, so a reading no source sent never shows as 0.
+seconds, a Unix time, ...) and returns short text; None, NaN and infinities
+read as :data:`MISSING`, so a reading no source sent never shows as 0. These
+are the pages' only formatters of times (:func:`utc`, :func:`clock`), durations
+(:func:`duration`, the one of :mod:`core.durations` that messages use too) and
+ages (:func:`ago`).
 """
 
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+
+from core import durations
 
 MISSING = "\u2013"  # an en dash
 """What an unknown value reads as."""
@@ -66,14 +72,36 @@ def celsius(value: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Seconds as the largest unit that keeps them short: ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``."""
+    """Seconds in the largest unit that keeps them short: ``250 ms``, ``45 s``, ``12 min``,
+    ``3.5 h``, ``2.1 d`` (:func:`core.durations.duration`)."""
     if not _known(seconds):
         return MISSING
     assert seconds is not None
-    for unit, length in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if abs(seconds) >= length:
-            return f"{_short(round(seconds / length, 1))} {unit}"
-    return f"{seconds:.0f} s"
+    return durations.duration(seconds)
+
+
+def ago(then: float | None, now: float) -> str:
+    """How long before ``now`` the Unix time ``then`` was: ``4.2 s ago``, ``3.5 min ago``;
+    ``never`` for None (nothing happened yet)."""
+    if then is None:
+        return "never"
+    return f"{duration(max(0.0, now - then))} ago"
+
+
+def utc(then: float | None) -> str:
+    """A Unix time as a UTC date and time: ``2025-03-01 14:05:09 UTC``."""
+    if not _known(then):
+        return MISSING
+    return _moment(then or 0.0).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def clock(then: float) -> str:
+    """A Unix time as its UTC time of day, ``14:05``: a chart's time axis, a report's span."""
+    return _moment(then).strftime("%H:%M")
+
+
+def _moment(then: float) -> datetime:
+    return datetime.fromtimestamp(then, UTC)
 
 
 def byte_hours(value: float | None) -> str:

@@ -1,23 +1,23 @@
-"""GET /status: the collector's status page, like Prometheus' /targets, server-rendered HTML.
+"""``GET /status``: the collector's status page, like Prometheus' /targets, in the views' frame.
 
 What the page knows it reads at request time from what the stages already
-keep: each scrape loop's :class:`~collector.sources.scrape.Health`, the
-store's held batches (agents' pushes among them), the discovery streams'
-states, readiness and dead tasks. Nothing is collected for the page and no
-scrape or push does any work for it. A request walks every source once as
-plain tuples (5,000 nodes with a monitor and an agent each: about 15 ms),
-filters and sorts them, makes full rows of one page only, at most
-:data:`PAGE_ROWS`, and renders them in a worker thread: the rows are frozen
-copies taken on the event loop, so the render never meets a loop's state
-mid-change.
+keep: each scrape loop's health (through :mod:`collector.views.sourcestate`,
+so the web never imports the sources), the store's held batches (agents'
+pushes among them), the discovery streams' states, readiness and dead tasks.
+Nothing is collected for the page and no scrape or push does any work for it.
+A request walks every source once as plain tuples (5,000 nodes with a monitor
+and an agent each: about 15 ms), filters and sorts them, makes full rows of
+one page only, at most :data:`~collector.web.ui.layout.PAGE_ROWS`, and renders
+them in a worker thread: the rows are frozen copies taken on the event loop,
+so the render never meets a loop's state mid-change.
 
 Nodes fed only by the pod watch's allocations (no monitor or agent: the REST
 API's ``health: "unreported"``) are listed in a section of their own, each with
 its allocated pods and the alert that fires for it.
 
 Other parts of the collector add sections through :data:`PANELS` (providers
-of a :class:`Panel`, called per request); discovery adds its streams through
-:data:`DISCOVERY`.
+of a :class:`~collector.web.ui.panels.Panel`, called per request); discovery
+adds its streams through :data:`DISCOVERY`.
 """
 
 from __future__ import annotations
@@ -25,30 +25,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from operator import itemgetter
 from urllib.parse import urlencode
 
-import jinja2
 from aiohttp import web
+from multidict import MultiMapping
 
 from collector import __version__
 from collector.normalise.labelsets import key_labels
 from collector.normalise.schema import Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
-from collector.sources.scrape import ScrapeLoop, ScrapeManager
-from collector.sources.targets import DiscoveryState
 from collector.store.latest import Held, Store
-from collector.web.status_template import PAGE
+from collector.views.models import ApiError
+from collector.views.sourcestate import DiscoveryStream, Scraped, target_state
+from collector.web.ui import layout
+from collector.web.ui.layout import PAGE_ROWS, Link, promql_link
+from collector.web.ui.listing import ViewError, bad, check_names
+from collector.web.ui.panels import Panel, discovery_panel
+from collector.web.ui.status_template import BODY
 from core.tasks import Supervisor
 
 PATH = "/status"
 """Where the page is served (the overview of usage has ``/``)."""
-
-PAGE_ROWS = 100
-"""Sources shown on one page: the page stays small however large the cluster."""
 
 STATES = ("up", "failing", "pending", "late")
 """A source's state: a target's latest scrape succeeded (up) or failed (failing), or
@@ -57,35 +57,25 @@ it was never scraped (pending); an agent pushed within two intervals (up) or not
 KINDS = (*(str(f) for f in Flavour), str(SourceKind.AGENT))
 """What feeds a source: a monitor of one flavour, or an agent."""
 
+PARAMETERS = ("state", "kind", "node", "page")
+"""What the page's query string may hold, besides the frame's ``refresh`` (which changes
+nothing here: the page does not reload itself)."""
+
 UNREPORTED_ALERT = "HamiNodeWithoutUsageSource"
 """The alert of rules/hami-usage.rules.yaml that fires for a node with allocations only."""
 UNREPORTED_RUNBOOK = f"docs/runbook.md#{UNREPORTED_ALERT.lower()}"
 """Its runbook link, as the rule's ``runbook_url`` writes it (anchors in lower case)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Panel:
-    """A section of the page from another part of the collector (remote write, ...).
-
-    Cells are plain text, escaped when rendered; the cells of a column named
-    ``State`` are shown as state badges (``up``, ``failing``, ...). ``empty``
-    is said when there are no rows.
-    """
-
-    title: str
-    columns: tuple[str, ...]
-    rows: Sequence[tuple[str, ...]]
-    note: str = ""
-    empty: str = "Nothing yet."
-
-
 PanelSource = Callable[[], Panel]
 PANELS = web.AppKey[list[PanelSource]]("status panels")
 """Sections shown after the sources, in order; append a provider while wiring the app."""
 
-DiscoverySource = Callable[[], list[DiscoveryState]]
+DiscoverySource = Callable[[], Sequence[DiscoveryStream]]
 DISCOVERY = web.AppKey[list[DiscoverySource]]("status discovery")
 """Discovery streams (targets file, pod watches), shown as the first panel."""
+
+ScrapedNow = Callable[[web.Application], Sequence[Scraped]]
+"""The scrape loops running in an app now (none before scraping starts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +125,20 @@ class Query:
     page: int = 1
 
     @classmethod
-    def parse(cls, params: Iterable[tuple[str, str]]) -> Query:
-        """Read the query string; raise ``ValueError`` naming a bad parameter."""
-        values = dict(params)
-        state, kind = values.get("state", ""), values.get("kind", "")
+    def parse(cls, query: MultiMapping[str]) -> Query:
+        """Read the query string; raise a 400 :class:`ViewError` (or the
+        :class:`ApiError` of an unknown or repeated parameter) naming a bad parameter."""
+        check_names(query, PARAMETERS)
+        state, kind = query.get("state", ""), query.get("kind", "")
         if state not in ("", *STATES):
-            raise ValueError(f"state must be one of {', '.join(STATES)} (got {state!r})")
+            raise bad(f"state must be one of {', '.join(STATES)} (got {state[:40]!r})")
         if kind not in ("", *KINDS):
-            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {kind!r})")
-        page = values.get("page", "1")
-        if not (page.isascii() and page.isdigit()) or int(page) < 1 or len(page) > 9:
-            raise ValueError(f"page must be a whole number from 1 (got {page!r})")
-        return cls(state, kind, values.get("node", "")[:253], int(page))
+            raise bad(f"kind must be one of {', '.join(KINDS)} (got {kind[:40]!r})")
+        try:
+            page = layout.page_number(query)
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        return cls(state, kind, query.get("node", "")[:253], page)
 
     def href(self, **changes: str | int) -> str:
         """This page's URL with some parameters changed (empty ones left out)."""
@@ -169,18 +161,12 @@ class Query:
         )
 
 
-def target_state(loop: ScrapeLoop) -> str:
-    """A target's state: of its latest scrape, or pending before the first."""
-    health = loop.health
-    return "pending" if health.scrapes == 0 else "failing" if health.failing else "up"
-
-
 def agent_state(age: float, interval: float) -> str:
     """An agent's state: up while its latest push is at most two intervals old."""
     return "up" if age <= 2 * interval else "late"
 
 
-Entry = tuple[str, str, str, str, ScrapeLoop | Held]
+Entry = tuple[str, str, str, str, Scraped | Held]
 """A source as the page filters and sorts it: node, kind, name, state, and the source."""
 
 AGENT = str(SourceKind.AGENT)
@@ -201,36 +187,27 @@ class Census:
     def row(self, entry: Entry, interval: float) -> SourceRow:
         """The full row of one entry (a page's worth are made per request)."""
         node, kind, name, state, source = entry
-        if isinstance(source, ScrapeLoop):
-            health = source.health
+        if isinstance(source, Held):
+            age = time.monotonic() - source.received
+            data = _data(source, self.winners.get(node))
+            samples = source.batch.samples
             return SourceRow(
-                node,
-                kind,
-                name,
-                source.target.url,
-                state,
-                health.last_success,
-                health.duration,
-                health.samples,
-                _data(self.held.get(source.source.id), self.winners.get(node)),
-                tuple(health.recent),
-                health.error,
-                health.error_at,
+                node, kind, name, "", state, time.time() - age, None, samples, data, (), "", None
             )
-        age = time.monotonic() - source.received
+        health = source.health
         return SourceRow(
             node,
             kind,
             name,
-            "",
+            source.target.url,
             state,
-            time.time() - age,
-            None,
-            source.batch.samples,
-            _data(source, self.winners.get(node)),
-            (),
-            "",
-            None,
+            health.last_success,
+            health.duration,
+            health.samples,
+            _data(self.held.get(source.source.id), self.winners.get(node)),
+            tuple(health.recent),
+            health.error,
+            health.error_at,
         )
 
 
@@ -240,66 +217,44 @@ def _data(held: Held | None, winner: str | None) -> str:
     return "serving" if held.source.id == winner else "outranked"
 
 
-def discovery_panel(states: list[DiscoveryState]) -> Panel:
-    """The discovery streams as a panel."""
-    rows = [
-        (
-            s.what,
-            "error" if s.error else "synced" if s.synced else "waiting",
-            str(s.objects),
-            s.error,
-        )
-        for s in states
-    ]
-    return Panel(
-        "Discovery",
-        ("Stream", "State", "Objects", "Last error"),
-        rows,
-        "Targets come from these streams; while one fails, its last known targets are kept.",
-        "No discovery configured.",
-    )
-
-
 class StatusPage:
-    """The page's handler. ``interval`` judges agents late; the keys name app state set later."""
+    """The page's handler. ``interval`` judges agents late; ``scraped`` gives the scrape
+    loops running now; ``tasks`` names app state set later."""
 
     def __init__(
         self,
         store: Store,
         metrics: SelfMetrics,
         interval: float,
-        scraper: web.AppKey[ScrapeManager],
+        scraped: ScrapedNow,
         tasks: web.AppKey[Supervisor],
         ready: Callable[[web.Application], str | None],
     ) -> None:
         self._store = store
         self._metrics = metrics
         self._interval = interval
-        self._scraper = scraper
+        self._scraped = scraped
         self._tasks = tasks
         self._ready = ready
-        env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-        env.filters.update(age=age, utc=utc, seconds=_seconds)
-        self._template = env.from_string(PAGE)
+        self._template = layout.template(BODY)
 
     def routes(self) -> list[web.RouteDef]:
         """``GET /status``."""
         return [web.get(PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.Response:
-        """Serve one page of sources; 400 naming a bad parameter."""
+        """Serve one page of sources; the frame's 400 page naming a bad parameter."""
         try:
-            query = Query.parse(request.query.items())
-        except ValueError as exc:
-            return web.Response(status=400, text=f"bad request: {exc}\n")
-        context = self.context(request.app, query, f"{request.url.origin()}/prometheus")
-        html = await asyncio.to_thread(self.render, context)
-        return web.Response(
-            text=html, content_type="text/html", headers={"Cache-Control": "no-store"}
-        )
+            query = Query.parse(request.query)
+        except (ViewError, ApiError) as error:
+            return layout.error(request, error.status, error.message)
+        context = self.context(request, query)
+        body = await asyncio.to_thread(self.render, context)
+        # no reload: it would lose a node filter being typed, as the sign-in form's would
+        return layout.render(request, "Status", body, LINKS, reload=False)
 
     def render(self, context: Mapping[str, object]) -> str:
-        """The page's HTML from :meth:`context`'s answer (thread-safe: it reads copies only)."""
+        """The page's body from :meth:`context`'s answer (thread-safe: it reads copies only)."""
         return self._template.render(context)
 
     def census(self, app: web.Application) -> Census:
@@ -320,38 +275,33 @@ class StatusPage:
                 if one.source.kind is SourceKind.AGENT:
                     state = agent_state(now - one.received, self._interval)
                     entries.append((node, AGENT, one.source.name, state, one))
-        scraper = app.get(self._scraper)
-        for loop in scraper.loops() if scraper is not None else []:
+        for loop in self._scraped(app):
             target = loop.target
             kind = str(target.flavour)
             entries.append((target.node, kind, target.name, target_state(loop), loop))
         entries.sort(key=_BY_NODE_KIND_NAME)
         return census
 
-    def context(self, app: web.Application, query: Query, datasource: str) -> dict[str, object]:
+    def context(self, request: web.Request, query: Query) -> dict[str, object]:
         """Everything the template shows, taken now on the event loop.
 
         Only the page's own rows are made into :class:`SourceRow`; the others
         are counted, filtered and sorted as plain tuples.
         """
+        app = request.app
         census = self.census(app)
         counts = Counter(entry[3] for entry in census.entries)
         matched = [entry for entry in census.entries if query.matches(*entry[:4])]
-        pages = max(1, -(-len(matched) // PAGE_ROWS))
         shown = [
             census.row(entry, self._interval)
             for entry in matched[(query.page - 1) * PAGE_ROWS : query.page * PAGE_ROWS]
         ]
         unreported = [(n, h) for n, h in census.unreported if not query.node or query.node in n]
-        unreported_rows = [
-            UnreportedRow(node, allocated_pods(held)) for node, held in unreported[:PAGE_ROWS]
-        ]
         discovery = [state for provider in app.get(DISCOVERY, []) for state in provider()]
-        panels = [discovery_panel(discovery), *(provider() for provider in app.get(PANELS, []))]
         return {
             "version": __version__,
-            "links": _LINKS,
-            "datasource": datasource,
+            "endpoints": ENDPOINTS,
+            "datasource": f"{request.url.origin()}/prometheus",
             "unready": self._ready(app),
             "dead": app[self._tasks].dead(),
             "nodes": len(census.winners),
@@ -360,31 +310,25 @@ class StatusPage:
             "state_links": {state: Query(state=state).href() for state in STATES},
             "state_filters": _filters(query, "state", STATES),
             "kind_filters": _filters(query, "kind", KINDS),
+            "path": PATH,
             "hidden": [(k, v) for k, v in (("state", query.state), ("kind", query.kind)) if v],
             "node": query.node,
             "rows": shown,
-            "shown": len(shown),
             "matched": len(matched),
             "total": len(census.entries),
-            "page": query.page,
-            "pages": pages,
-            "page_rows": PAGE_ROWS,
-            "prev_href": query.href(page=query.page - 1) if query.page > 1 else "",
-            "next_href": query.href(page=query.page + 1) if query.page < pages else "",
-            "unreported": unreported_rows,
+            "pager": layout.pager(request, query.page, len(matched)),
+            "unreported": [UnreportedRow(n, allocated_pods(h)) for n, h in unreported[:PAGE_ROWS]],
             "unreported_matched": len(unreported),
             "unreported_total": len(census.unreported),
             "unreported_alert": UNREPORTED_ALERT,
             "unreported_runbook": UNREPORTED_RUNBOOK,
             "refused": _refused(self._metrics),
-            "panels": panels,
+            "panels": [discovery_panel(discovery), *(p() for p in app.get(PANELS, []))],
             "now": time.time(),
-            "rendered_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         }
 
 
-_LINKS = (
-    ("Overview", "/"),
+ENDPOINTS = (
     ("/metrics", "/metrics"),
     ("REST: nodes", "/api/v1/nodes"),
     ("REST: pods", "/api/v1/pods"),
@@ -393,6 +337,16 @@ _LINKS = (
     ("/healthz", "/healthz"),
     ("/readyz", "/readyz"),
 )
+"""What else the collector serves, linked from the page's first section."""
+
+LINKS = (
+    Link("GET /metrics", "/metrics"),
+    Link("GET /readyz", "/readyz"),
+    promql_link("hami_usage_collector_targets"),
+    promql_link("sum by (kind, reason) (hami_usage_collector_scrape_errors_total)"),
+    promql_link("hami_usage_collector_push_refused_total"),
+)
+"""The footer's links: the collector's own series say what the page shows."""
 
 
 def _filters(query: Query, name: str, values: Sequence[str]) -> list[tuple[str, str, bool]]:
@@ -411,29 +365,3 @@ def _refused(metrics: SelfMetrics) -> list[tuple[str, int]]:
             if sample.name.endswith("_total") and sample.value:
                 found.append((sample.labels["reason"], int(sample.value)))
     return sorted(found)
-
-
-def age(then: float | None, now: float) -> str:
-    """How long ago ``then`` was, for people (``never`` for None)."""
-    if then is None:
-        return "never"
-    seconds = max(0.0, now - then)
-    if seconds < 60:
-        return f"{seconds:.1f}s ago"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs}s ago"
-    return f"{minutes // 60}h {minutes % 60}m ago"
-
-
-def utc(then: float | None) -> str:
-    """``then`` as a UTC date and time (empty for None)."""
-    if then is None:
-        return ""
-    return datetime.fromtimestamp(then, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return ""
-    return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
