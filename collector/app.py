@@ -196,7 +196,7 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
     )
     # keep a target's connection from one scrape to the next (aiohttp's default of 15 s
     # closes it just before the next 15 s scrape): a new connection per scrape was a
-    # tenth of the scrape path's CPU at 5,000 targets (bench/scale.py)
+    # tenth of the scrape path's CPU at 5,000 targets (bench/scale/run.py)
     # (no connection limit here: the scrape manager bounds the scrapes in flight itself)
     keepalive = 2 * settings.interval + settings.timeout
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=keepalive)
