@@ -1,5 +1,6 @@
 """The single-flight helper (:class:`core.tasks.Flights`): one computation per key, shared,
-its failures not kept, its callers free to leave, and everything in flight owned.
+its failures not kept, its callers free to leave, and everything in flight owned; and the
+collector's pages' flights, stopped with the app.
 
 Every test waits on events the computations set, never on time.
 """
@@ -8,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import aiohttp
 import pytest
+from helpers import eventually, holds, running_collector
 
+from collector.app import ENGINE
+from collector.promql.engine import Queries
 from core.tasks import Flights
 
 
@@ -211,3 +217,39 @@ async def test_stop_cancels_the_waiters_of_a_flight() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert work.ended == ["a"]
+
+
+PAGE_FLIGHTS = {"the overview's chart", "chargeback for the namespaces page"}
+"""The names of the flights of the pages that query the history."""
+
+
+def _flying() -> set[str]:
+    return {t.get_name() for t in asyncio.all_tasks() if not t.done()} & PAGE_FLIGHTS
+
+
+async def test_the_pages_flights_end_with_the_app() -> None:
+    """A request that goes away leaves its flight running; the app's cleanup stops it."""
+    release = threading.Event()
+    held: list[asyncio.Future[None]] = []
+
+    def hold(queries: Queries) -> None:
+        assert release.wait(60), "the test never released the engine's one slot"
+
+    try:
+        async with (
+            running_collector(kubernetes=False, query_max_concurrency=1) as (base, app),
+            aiohttp.ClientSession() as http,
+        ):
+            engine = app[ENGINE]
+            held.append(asyncio.ensure_future(engine.run(hold, identity="the test")))
+            await eventually(lambda: holds(engine.evaluating == 1), what="the slot held")
+            async with http.get(f"{base}/?refresh=0") as resp:
+                assert resp.status == 200, "the overview never waits long for its chart"
+            report = asyncio.ensure_future(http.get(f"{base}/namespaces?window=1h"))
+            await eventually(lambda: holds(_flying() == PAGE_FLIGHTS), what="both in flight")
+        assert _flying() == set(), "cancelled and awaited by the app's cleanup"
+        with pytest.raises(aiohttp.ClientError):
+            await report
+    finally:
+        release.set()
+        await asyncio.gather(*held)
