@@ -7,7 +7,10 @@ stops in reverse: discovery stops first (no new targets), then the scrape loops
 write, which flushes what is queued (bounded by ``--remote-write-flush-timeout``). Every long-lived
 task runs under the app's :class:`~core.tasks.Supervisor` (``app[TASKS]``),
 which restarts it when it crashes, counts the restart, and tells ``/healthz``
-which tasks are dead. Everything the handlers and contexts share is app state
+which tasks are dead. What requests share while it is computed (the gzip
+``/metrics`` page, the namespaces page's reports, the overview's chart) runs as
+:class:`~core.tasks.Flights`, each cancelled and awaited by a cleanup context of
+its own: no task outlives the app. Everything the handlers and contexts share is app state
 under an :class:`aiohttp.web.AppKey`, so two apps in one process share nothing.
 """
 
@@ -146,6 +149,7 @@ def build_app(
     app.cleanup_ctx.append(_housekeeping)
     app.cleanup_ctx.append(_warming)
     app.router.add_get("/metrics", page.handle)
+    app.cleanup_ctx.append(page.closing)  # its gzip builds in flight
     engine = app[ENGINE] = Engine(store.history, settings.engine_limits())
     app.router.add_routes(PrometheusAPI(store, engine).routes())
     app.router.add_post("/api/v1/push", _push)
@@ -199,7 +203,7 @@ async def _scraping(app: web.Application) -> AsyncIterator[None]:
     )
     # keep a target's connection from one scrape to the next (aiohttp's default of 15 s
     # closes it just before the next 15 s scrape): a new connection per scrape was a
-    # tenth of the scrape path's CPU at 5,000 targets (bench/scale.py)
+    # tenth of the scrape path's CPU at 5,000 targets (bench/scale/run.py)
     # (no connection limit here: the scrape manager bounds the scrapes in flight itself)
     keepalive = 2 * settings.interval + settings.timeout
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=keepalive)

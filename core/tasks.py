@@ -10,6 +10,11 @@ or ends while it should run until shutdown, is dead, and :meth:`Supervisor.dead`
 names it for the health check. A task started ``once`` has a job with an end (a
 warm-up): it ends when its job is done, and is restarted only if it crashes.
 
+Short computations that callers share are :class:`Flights`: one per key at a
+time, joined by every caller of that key, and owned too (its owner stops it).
+This module is the one place of the product that makes a task: a test
+(``tests/test_source_scans.py``) holds every other module to it.
+
 A module of its own in ``core`` so that both programs use it; it imports
 neither of them.
 """
@@ -21,14 +26,17 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from core.durations import duration
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +218,106 @@ async def owned(coro: Coroutine[Any, Any, None], name: str) -> AsyncIterator[Sup
             yield tasks.start(name, lambda: coro, restart=False)
     finally:
         coro.close()  # a task cancelled before its first step never started the coroutine
+
+
+class _Flight(Generic[V]):
+    """One computation in flight, and how many callers wait for it now."""
+
+    __slots__ = ("task", "waiting")
+
+    def __init__(self, task: asyncio.Task[V]) -> None:
+        self.task = task
+        self.waiting = 0
+
+
+class Flights(Generic[K, V]):
+    """At most one computation in flight per key, shared by every caller of that key; owned.
+
+    - :meth:`start` returns the key's flight, and starts one, as a task of ``make()``, only
+      if none is in flight; it never waits. ``make`` is called at once, on the caller's
+      turn: what it does before it returns its coroutine is done before any other caller
+      runs (the snapshot a computation is of).
+    - :meth:`join` starts or finds the key's flight and waits for its end: every caller of
+      one flight gets its one result, or its one error. A caller cancelled while it waits
+      leaves alone: the flight goes on, for the others and for what it keeps.
+    - A flight is forgotten when it ends, however it ends. Nothing is kept here, so a
+      failure is not cached: the next call starts afresh. A result to keep is kept by the
+      coroutine itself as its last step, so a caller that finds no flight finds it kept.
+    - A failure that reached no caller (a refresh nobody waits for, or every caller gone)
+      is logged under ``what``: on one line if it is one of ``expected``, with its
+      traceback otherwise. One that reached a caller is that caller's.
+    - :meth:`cancel` cancels one key's flight (its key is free at once); :meth:`stop`
+      cancels every flight and waits until all have ended, those cancelled before
+      included. The owner calls it at its end (a cleanup context); no flight starts
+      after it.
+    """
+
+    def __init__(self, what: str, expected: tuple[type[Exception], ...] = ()) -> None:
+        self.what = what
+        self._expected = expected
+        self._flying: dict[K, _Flight[V]] = {}
+        self._running: dict[_Flight[V], None] = {}  # the cancelled too, until they end
+        self._stopped = False
+
+    def flight(self, key: K) -> asyncio.Future[V] | None:
+        """The key's flight, None if none is in flight; wait on it, never cancel it."""
+        flight = self._flying.get(key)
+        return None if flight is None or flight.task.done() else flight.task
+
+    def start(self, key: K, make: Callable[[], Coroutine[Any, Any, V]]) -> asyncio.Future[V]:
+        """The key's flight, started as ``make()`` now if none is in flight."""
+        return self._start(key, make).task
+
+    async def join(self, key: K, make: Callable[[], Coroutine[Any, Any, V]]) -> V:
+        """The result of the key's flight, started as ``make()`` now if none is in flight."""
+        flight = self._start(key, make)
+        flight.waiting += 1
+        try:
+            return await asyncio.shield(flight.task)
+        finally:
+            flight.waiting -= 1
+
+    def cancel(self, key: K) -> None:
+        """Cancel the key's flight, if one is in flight; :meth:`stop` still waits for it."""
+        flight = self._flying.pop(key, None)
+        if flight is not None:
+            flight.task.cancel()
+
+    async def stop(self) -> None:
+        """Cancel every flight and wait until all have ended; none starts from now on."""
+        self._stopped = True
+        for flight in self._flying.values():
+            flight.task.cancel()  # once: one cancelled already is ending, let it
+        tasks = [flight.task for flight in self._running]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _start(self, key: K, make: Callable[[], Coroutine[Any, Any, V]]) -> _Flight[V]:
+        flight = self._flying.get(key)
+        if flight is not None and not flight.task.done():
+            return flight
+        if self._stopped:
+            raise RuntimeError(f"{self.what}: stopped, no computation starts")
+        flight = _Flight(asyncio.create_task(make(), name=self.what))
+        self._flying[key] = flight
+        self._running[flight] = None
+        flight.task.add_done_callback(lambda _: self._ended(key, flight))
+        return flight
+
+    def _ended(self, key: K, flight: _Flight[V]) -> None:
+        """Forget ``flight``; log its failure if no caller waited for it."""
+        if self._flying.get(key) is flight:
+            del self._flying[key]
+        del self._running[flight]
+        task = flight.task
+        if task.cancelled():
+            with contextlib.suppress(asyncio.CancelledError):
+                task.result()  # the error's frames go now, not at a full collection (Supervised.wait)
+            return
+        error = task.exception()
+        if error is None or flight.waiting:
+            return
+        if isinstance(error, self._expected):
+            log.warning("%s failed: %s", self.what, error)
+        else:
+            log.error("%s failed", self.what, exc_info=error)

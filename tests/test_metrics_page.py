@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
+import pytest
+from aiohttp import web
 from helpers import eventually, real_prometheus, running_collector, until_ready
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +23,7 @@ from collector.normalise.bodies import Normaliser
 from collector.normalise.schema import SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.store.latest import Store
+from collector.web import metrics as metrics_module
 from collector.web.metrics import MetricsPage
 
 WEIRD = 'q"uote \\ back\nnew {br,ace}=ü中'
@@ -120,6 +124,62 @@ def test_builds_are_shared_until_something_changes() -> None:
         changed = await page.body(False, True)
         assert changed is not first
         assert b'm{node="n1"} 1.0' in gzip.decompress(b"".join(changed))
+
+    asyncio.run(run())
+
+
+def test_a_failed_build_fails_its_scrapes_and_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+    compress, calls = metrics_module._compress_blocks, []
+
+    def broken_once(blocks: list[list[bytes]]) -> list[bytes]:
+        calls.append(len(blocks))
+        if len(calls) == 1:
+            raise zlib.error("injected")
+        return compress(blocks)
+
+    monkeypatch.setattr(metrics_module, "_compress_blocks", broken_once)
+
+    async def run() -> None:
+        failed = await asyncio.gather(
+            page.body(False, True), page.body(False, True), return_exceptions=True
+        )
+        assert isinstance(failed[0], zlib.error), "concurrent scrapes share the failure"
+        assert failed[1] is failed[0]
+        again = await page.body(False, True)  # the same version: built again, not the failure
+        assert gzip.decompress(b"".join(again)) == b"".join(await page.body(False, False))
+        assert calls == [calls[0], calls[0]], "the one build failed, the next did it all"
+
+    asyncio.run(run())
+
+
+def test_closing_cancels_and_awaits_a_build_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = filled_store()
+    page = MetricsPage(store, SelfMetrics(store))
+    compress, entered, leave = metrics_module._compress_blocks, threading.Event(), threading.Event()
+
+    def blocking(blocks: list[list[bytes]]) -> list[bytes]:
+        entered.set()
+        leave.wait(10)
+        return compress(blocks)
+
+    monkeypatch.setattr(metrics_module, "_compress_blocks", blocking)
+
+    async def run() -> None:
+        closing = page.closing(cast(web.Application, None))
+        await anext(closing)
+        scrape = asyncio.ensure_future(page.body(False, True))
+        try:
+            assert await asyncio.to_thread(entered.wait, 10), "the build is in its thread"
+            with pytest.raises(StopAsyncIteration):
+                await anext(closing)  # cancels the build and waits for it
+            await asyncio.wait([scrape])
+            assert scrape.cancelled(), "the scrape waiting for it is cancelled too"
+            with pytest.raises(RuntimeError, match="stopped"):
+                await page.body(False, True)
+        finally:
+            leave.set()
 
     asyncio.run(run())
 

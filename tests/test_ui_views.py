@@ -423,4 +423,4 @@ async def test_a_stale_report_answers_while_the_next_is_made() -> None:
     slow.go.set()
     await eventually(lambda: holds(slow.made == 2), what="the refresh")
     assert (await reports.get(3600.0, None)).end == 2
-    await reports.cancel()
+    await reports.stop()

@@ -1,7 +1,7 @@
 """The load bench's agents: N simulated agents pushing every INTERVAL s, in a process of their own.
 
 ``python -m bench.load.agents URL TOKEN_FILE AGENTS INTERVAL WARMUP SECONDS``
-pushes each agent's snapshot (8 cards, 32 regions: :func:`bench.push.template`,
+pushes each agent's snapshot (8 cards, 32 regions: :func:`bench.push.run.template`,
 gzipped as the agent's pusher does, a shared bearer token) every INTERVAL
 seconds at its own offset, open loop: a push's latency counts from the time
 it was due, so a collector that falls behind shows it. Pushes due in the

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 SeriesKey = tuple[str, frozenset[tuple[str, str]]]
-"""A series identity: name plus its full label set (as ``tests/oracle.py`` has it)."""
+"""A series identity: name plus its full label set (as ``testing/oracle.py`` has it)."""
 OWN = "hami_usage_collector_"
 REFUSED_PREFIX = "gpu-refused-"
 """Node names of the pushes the soak sends to be refused: never to be seen."""

@@ -3,7 +3,7 @@
 Every monitor node has its own :class:`SoakFarm` (one loopback address, one
 shared port), so a node can be removed (its server stopped), added, or
 started on the address a removed node had (pod IP reuse). Its monitor pod
-lives in the fake API server (``tests/fakekube.py``), labelled as each
+lives in the fake API server (``testing/fakekube.py``), labelled as each
 flavour's chart labels it, so the collector discovers it as it would in a
 cluster. Agent nodes have no monitor: their pods are in the API server so
 the collector can attribute pushed regions; their workload does not churn

@@ -20,7 +20,7 @@ breaks), and every connection closed after a fault with its parser.
 So sweeps come as often as a fixed share of the time allows
 (:data:`SWEEP_SHARE`): each sweep's CPU time sets the wait for the next one,
 at least :data:`SETTLE`, at most :data:`SWEEP`. A sweep walks every object
-once: 0.11 s at 1,000 nodes (216k tracked objects; ``python -m bench.heap``),
+once: 0.11 s at 1,000 nodes (216k tracked objects; ``python -m bench heap``),
 so one every ~2 minutes there, every minute or two in the soak. A request
 meets one with a chance of about its length plus 0.11 s in 110 s (0.1% for a
 15 ms query): too rare to move a p99, where full collections every few
@@ -30,7 +30,7 @@ Collections are also run less often than Python's defaults: a minute is long
 enough to freeze most of the heap, but pushes replace every node's batch every
 few seconds, so at 5,000 agents most of the store is always younger than that.
 A full collection then walked it all, 200-440 ms every ~5 s while the store
-filled (``bench/push.py``), and nearly always found nothing to free.
+filled (``bench/push/run.py``), and nearly always found nothing to free.
 
 And the young generations are collected every :data:`YOUNG` seconds, not only
 when CPython counts enough new objects. Why: its count is objects made less

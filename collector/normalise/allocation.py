@@ -235,7 +235,7 @@ def resolve_kai(allocation: PodAllocation, uuid_of: Callable[[str], str | None])
     if not groups:
         return allocation
     grants = tuple(
-        replace(g, device_uuid=(uuid_of(groups[g.vdevice_index]) or "")[:40])
+        replace(g, device_uuid=labelsets.device_uuid(uuid_of(groups[g.vdevice_index]) or ""))
         if g.vdevice_index < len(groups)
         else g
         for g in allocation.grants
@@ -327,6 +327,13 @@ def claim_grants(
 ) -> list[Grant]:
     """Grants of one claim's devices, labelled as its usage is: the containers naming it, joined."""
     return [
-        Grant(containers, index, uuid_of(result)[:40], result.memory, result.cores, "dra")
+        Grant(
+            containers,
+            index,
+            labelsets.device_uuid(uuid_of(result)),
+            result.memory,
+            result.cores,
+            "dra",
+        )
         for index, result in enumerate(results)
     ]

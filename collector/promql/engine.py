@@ -28,10 +28,12 @@ a query's size is touched on the loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from collector.tsdb.series import Queryable
@@ -157,7 +159,7 @@ class Engine:
         """Compile every compiled loop in a worker thread (:func:`.warmup.warm`; ``body``
         shapes its range answers as the API does), then set :attr:`warmed`. Seconds it took."""
         stop = threading.Event()
-        compiling = asyncio.ensure_future(asyncio.to_thread(warmup.warm, body, stop))
+        compiling = _in_thread(partial(warmup.warm, body, stop))
         try:
             seconds = await asyncio.shield(compiling)
         except asyncio.CancelledError:
@@ -209,7 +211,7 @@ class Engine:
                 if reader.canceled:  # canceled after its last read: the canceller may not see it
                     _cancel(queries)
 
-        running = asyncio.ensure_future(asyncio.to_thread(in_thread))
+        running = _in_thread(in_thread)
         running.add_done_callback(lambda done: self._finished(done, identity))
         try:
             return await asyncio.shield(running)
@@ -247,6 +249,22 @@ class Engine:
         left = self._works.pop(identity) - 1
         if left:
             self._works[identity] = left
+
+
+def _in_thread(call: Callable[[], T]) -> asyncio.Future[T]:
+    """``call()`` in a worker thread (with this context's variables, as ``asyncio.to_thread``),
+    as the executor's future, which its caller awaits.
+
+    Not a task (``ensure_future(to_thread(...))`` was one): a thread cannot be
+    cancelled, so its caller shields this future and waits for it (:meth:`Engine.warm`)
+    or its done-callback frees the work's slot (:meth:`Engine.run`) when the thread
+    ends, even if the caller went away. Nothing on the loop is left to own; the
+    thread is the executor's, which the loop's shutdown waits for. A task here
+    could be cancelled by that shutdown while its thread still ran, freeing the slot
+    early.
+    """
+    context = contextvars.copy_context()
+    return asyncio.get_running_loop().run_in_executor(None, context.run, call)
 
 
 def _cancel(queries: Queries) -> None:

@@ -4,7 +4,7 @@ Why not aiohttp's client for these: a monitor's answer is small (~50 series,
 about a kilobyte gzipped), so a scrape's cost is mostly fixed work, and
 aiohttp's request machinery (request and response objects, header multidicts,
 the cookie jar, timers, a stream reader) took ~240 us of CPU per scrape where
-this takes ~80 us (the bench in ``bench/scale.py`` pulls thousands of them).
+this takes ~80 us (the bench in ``bench/scale/run.py`` pulls thousands of them).
 httptools (Node's llhttp) parses the answer; what is written here is only one
 GET at a time on one connection, its time limit and the body limit. What it
 does not do, https and redirects, stays with aiohttp

@@ -169,7 +169,7 @@ class ScrapeLoop:
         )
         self._normaliser = Normaliser(target.node, config.passthrough)
         # parsed once: parsing the URL string again on every scrape (its host through
-        # ipaddress) cost more CPU than parsing a small body (py-spy, bench/scale.py)
+        # ipaddress) cost more CPU than parsing a small body (py-spy, bench/scale/run.py)
         self._url = URL(target.url)
         plain = self._url.scheme == "http" and self._url.user is None
         self._pull = Pull(self._url, config.body_limit) if plain else None
@@ -283,7 +283,7 @@ class ScrapeManager:
         self._lock = asyncio.Lock()
         # the bound on scrapes in flight is ours, not the connector's: aiohttp wakes a
         # waiter for a connection by shuffling the list of every waiting host, ~19% of
-        # the CPU at 5,000 targets behind a slow loop (py-spy, bench/scale.py), so a
+        # the CPU at 5,000 targets behind a slow loop (py-spy, bench/scale/run.py), so a
         # collector behind fell further behind; a semaphore wakes one waiter in O(1)
         self._slots = asyncio.Semaphore(IN_FLIGHT)
 

@@ -10,6 +10,11 @@ again every :data:`WARM_PERIOD_S`. It works only while the API is being read:
 :data:`WARM_AFTER_READ_S` after the last read it stops and waits for the next
 one, so a collector whose API nobody reads spends nothing on it (the first
 read after a quiet spell rebuilds what it needs).
+
+The warmer is the one task here, a long-lived one under the app's supervisor.
+Rebuilds run on the event loop without a pause, a request's as the warmer's: no
+two ever run at once, so nothing is in flight for requests to share, and none of
+this is a :class:`~core.tasks.Flights`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ import bisect
 import gzip
 import itertools
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from aiohttp import web
 
@@ -33,8 +35,11 @@ from collector.normalise.labelsets import key_labels
 from collector.selfmetrics import SelfMetrics
 from collector.store.latest import NodeView, Store
 from core.content import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from core.tasks import Flights
 
 _Chunks = Mapping[str, bytes]
+_Version = tuple[int, int]
+"""The store's generation and our own metrics' version: what a page was built of."""
 
 _LEVEL = 1
 """zlib level of every member: level 6 makes the 1,000-node page 13% smaller for twice the CPU."""
@@ -150,8 +155,11 @@ class MetricsPage:
         self._families: dict[str, _Family] = {}
         self._header_members: dict[bytes, bytes] = {}
         self._own_members: dict[bool, dict[_OwnBlock, bytes]] = {False: {}, True: {}}
-        self._plain: dict[bool, tuple[tuple[int, int], list[bytes]]] = {}
-        self._gzip: dict[bool, tuple[tuple[int, int], asyncio.Future[list[bytes]]]] = {}
+        self._plain: dict[bool, tuple[_Version, list[bytes]]] = {}
+        self._gzip: dict[bool, tuple[_Version, list[bytes]]] = {}
+        self._gzip_builds: Flights[tuple[bool, _Version], list[bytes]] = Flights(
+            "the gzip /metrics page"
+        )
 
     async def body(self, openmetrics: bool, compressed: bool) -> list[bytes]:
         """Return the current page as parts; build it if the store or our metrics changed.
@@ -163,6 +171,12 @@ class MetricsPage:
         if compressed:
             return await self._gzip_page(openmetrics)
         return self._plain_page(openmetrics)
+
+    async def closing(self, app: web.Application) -> AsyncIterator[None]:
+        """A cleanup context: gzip builds still in flight at shutdown are cancelled and
+        awaited."""
+        yield
+        await self._gzip_builds.stop()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Serve /metrics, OpenMetrics if the scraper asks for it, gzip if it accepts it."""
@@ -216,7 +230,7 @@ class MetricsPage:
             parts.append(b"# EOF\n")
         return b"".join(parts)
 
-    def _version(self) -> tuple[int, int]:
+    def _version(self) -> _Version:
         return (self._store.generation, self._metrics.version)
 
     def _plain_page(self, openmetrics: bool) -> list[bytes]:
@@ -235,24 +249,38 @@ class MetricsPage:
         return parts
 
     async def _gzip_page(self, openmetrics: bool) -> list[bytes]:
-        """The gzip page of the current version; concurrent scrapes share one build."""
+        """The gzip page of the current version; concurrent scrapes share one build.
+
+        A build's page is kept until the version moves. Builds of two versions may
+        run at once (the store changed during one): each serves its own scrapes,
+        and the later one's page is the one kept.
+        """
         version = self._version()
-        cached = self._gzip.get(openmetrics)
-        if cached is None or cached[0] != version:
-            # taken before the build's task starts, so our own metrics do not count it
-            self._sync()
-            kept = self._own_members[openmetrics]
-            own = {block: kept.get(block) for block in self._own_blocks(openmetrics)}
-            todo = [(name, *b) for name, f in self._families.items() for b in f.unpacked()]
-            todo += [("", 0, 0, list(block)) for block, member in own.items() if member is None]
-            cached = (version, asyncio.ensure_future(self._build_gzip(openmetrics, own, todo)))
-            self._gzip[openmetrics] = cached
-        return await asyncio.shield(cached[1])
+        kept = self._gzip.get(openmetrics)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        key = (openmetrics, version)
+        return await self._gzip_builds.join(key, partial(self._gzip_build, openmetrics, version))
+
+    def _gzip_build(self, openmetrics: bool, version: _Version) -> Coroutine[Any, Any, list[bytes]]:
+        """What a build of ``version`` compresses, taken now (before its task starts, so our
+        own metrics do not count it), and the build."""
+        self._sync()
+        kept = self._own_members[openmetrics]
+        own = {block: kept.get(block) for block in self._own_blocks(openmetrics)}
+        todo = [(name, *b) for name, f in self._families.items() for b in f.unpacked()]
+        todo += [("", 0, 0, list(block)) for block, member in own.items() if member is None]
+        return self._build_gzip(openmetrics, version, own, todo)
 
     async def _build_gzip(
-        self, openmetrics: bool, own: dict[_OwnBlock, bytes | None], todo: _Todo
+        self,
+        openmetrics: bool,
+        version: _Version,
+        own: dict[_OwnBlock, bytes | None],
+        todo: _Todo,
     ) -> list[bytes]:
-        """Compress the blocks that changed, then join the page, in worker threads."""
+        """Compress the blocks that changed, then join the page, in worker threads; keep it
+        unless a build of a later version was kept first."""
         loop = asyncio.get_running_loop()
         members = await loop.run_in_executor(None, _compress_blocks, [t[3] for t in todo])
         made: dict[_OwnBlock, bytes] = {}
@@ -274,7 +302,12 @@ class MetricsPage:
         own_members = {block: member or made[block] for block, member in own.items()}
         self._own_members[openmetrics] = own_members
         parts += own_members.values()
-        return [await loop.run_in_executor(None, b"".join, parts)]
+        page = [await loop.run_in_executor(None, b"".join, parts)]
+        kept = self._gzip.get(openmetrics)
+        # versions only grow, both parts, so a build started later has the greater one
+        if kept is None or kept[0] < version:
+            self._gzip[openmetrics] = (version, page)
+        return page
 
     def _sync(self) -> None:
         """Bring the families up to the store: render the nodes whose view changed, drop the gone."""

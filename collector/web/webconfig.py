@@ -1,7 +1,7 @@
 """TLS, basic auth and response headers of the collector's listener: the exporter-toolkit file.
 
 ``--web-config-file`` names the YAML every Prometheus exporter reads with
-``--web.config.file`` (prometheus/exporter-toolkit, ``docs/web-configuration.md``).
+``--web.config.file`` (``prometheus/exporter-toolkit/docs/web-configuration.md``).
 :func:`load` reads it once at start and refuses, in one line naming the key,
 anything it cannot honour as written: a file that is accepted behaves as the
 same file does under a Go exporter, or it is not accepted at all.

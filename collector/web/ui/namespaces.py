@@ -12,8 +12,6 @@ report it shows, so they give its numbers.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -25,12 +23,11 @@ from aiohttp import web
 from collector.auth.access import access_of
 from collector.views.cache import NodeCache
 from collector.views.chargeback import MEASURES, Chargeback
-from collector.views.models import UsageReport
+from collector.views.models import ApiError, UsageReport
 from collector.web.ui import layout
 from collector.web.ui.listing import bad, page_of, view_query
 from collector.web.ui.pages import answering, render, template
-
-log = logging.getLogger(__name__)
+from core.tasks import Flights
 
 WINDOWS = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "all": None}
 """``?window=`` values: the seconds back from now (None: all the history holds)."""
@@ -93,9 +90,10 @@ class NamespaceView:
         return [web.get("/namespaces", answering(self.handle, self._nodes.read))]
 
     async def closing(self, app: web.Application) -> AsyncIterator[None]:
-        """A cleanup context: reports still being computed at shutdown are cancelled."""
+        """A cleanup context: reports still being computed at shutdown are cancelled and
+        awaited."""
         yield
-        await self._reports.cancel()
+        await self._reports.stop()
 
     async def handle(self, request: web.Request) -> web.Response:
         """One page of namespaces, the largest allocation first (the report's order)."""
@@ -148,36 +146,33 @@ class Reports:
     """The latest report per :data:`Key`, kept for one step of its window.
 
     Past that step a request is answered with the report it has while the next
-    one is computed in the background (one at a time per key): at thousands of
-    nodes a report takes seconds, a page must not. Only a key's first request
-    waits for its report.
+    one is computed in the background (one at a time per key, :class:`~core.tasks.Flights`):
+    at thousands of nodes a report takes seconds, a page must not. Only a key's
+    first requests wait for its report, and share it. A refresh that fails is
+    logged (the next request tries again); its requests were answered with the
+    report before.
     """
 
     def __init__(self, chargeback: Chargeback) -> None:
         self._chargeback = chargeback
         self._kept: OrderedDict[Key, tuple[float, UsageReport]] = OrderedDict()
-        self._running: dict[Key, asyncio.Task[UsageReport]] = {}
+        self._making: Flights[Key, UsageReport] = Flights(
+            "chargeback for the namespaces page", expected=(ApiError,)
+        )
 
     async def get(self, back: float | None, namespaces: frozenset[str] | None) -> UsageReport:
         """The report of the last ``back`` seconds (None: all) for a reader of ``namespaces``."""
         key = (back, namespaces)
         kept = self._kept.get(key)
-        if kept is not None and kept[0] > time.monotonic():
-            return kept[1]
-        task = self._running.get(key)
-        if task is None:
-            task = self._running[key] = asyncio.create_task(self._compute(key))
-            task.add_done_callback(partial(self._done, key))
-        if kept is not None:
-            return kept[1]
-        return await asyncio.shield(task)
+        if kept is None:
+            return await self._making.join(key, partial(self._compute, key))
+        if kept[0] <= time.monotonic():
+            self._making.start(key, partial(self._compute, key))
+        return kept[1]
 
-    async def cancel(self) -> None:
-        """Cancel the reports being computed."""
-        running = list(self._running.values())
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+    async def stop(self) -> None:
+        """Cancel the reports being computed, and wait until they are; none starts after."""
+        await self._making.stop()
 
     async def _compute(self, key: Key) -> UsageReport:
         back, namespaces = key
@@ -189,10 +184,3 @@ class Reports:
         while len(self._kept) > KEPT_REPORTS:
             self._kept.popitem(last=False)
         return report
-
-    def _done(self, key: Key, task: asyncio.Task[UsageReport]) -> None:
-        del self._running[key]
-        if not task.cancelled() and task.exception() is not None and key in self._kept:
-            # a background refresh failed (the next request tries again); its
-            # requests were answered with the report before
-            log.warning("chargeback for the namespaces page failed: %s", task.exception())

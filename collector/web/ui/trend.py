@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 from aiohttp import web
@@ -37,6 +38,7 @@ from collector.normalise import schema
 from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
 from collector.web.ui.charts import Series
+from core.tasks import Flights
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,6 @@ class _Kept:
     points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     last: float = -math.inf
     checked: float = -math.inf
-    task: asyncio.Task[None] | None = None
 
 
 class Trend:
@@ -94,6 +95,7 @@ class Trend:
         self._step = max(interval, SPAN / POINTS)
         self._clock = clock
         self._kept: dict[frozenset[str] | None, _Kept] = {}
+        self._top_ups: Flights[frozenset[str] | None, None] = Flights("the overview's chart")
 
     async def series(
         self, namespaces: frozenset[str] | None, now: Mapping[str, float | None]
@@ -107,13 +109,15 @@ class Trend:
                 self._forget(next(iter(self._kept)))
         at = self._clock()
         due = math.floor(at / self._step) * self._step
-        idle = kept.task is None
-        if idle and kept.last == due - self._step:
+        top_up = self._top_ups.flight(namespaces)
+        if top_up is None and kept.last == due - self._step:
             self._record(kept, at, due, now)
-        elif idle and due > kept.last and time.monotonic() - kept.checked >= self._interval:
-            kept.task = asyncio.create_task(self._top_up(kept, namespaces))
-        if kept.last == -math.inf and kept.task is not None:
-            await asyncio.wait({kept.task}, timeout=FIRST_WAIT)
+        elif (
+            top_up is None and due > kept.last and time.monotonic() - kept.checked >= self._interval
+        ):
+            top_up = self._top_ups.start(namespaces, partial(self._top_up, kept, namespaces))
+        if kept.last == -math.inf and top_up is not None:
+            await asyncio.wait({top_up}, timeout=FIRST_WAIT)
         found = {}
         for name in measures(namespaces):
             held = kept.points.get(name, [])
@@ -136,22 +140,18 @@ class Trend:
     async def refresh(self, namespaces: frozenset[str] | None) -> None:
         """Top up the reader's series now and wait for it (a bench times one top-up)."""
         kept = self._kept.setdefault(namespaces, _Kept())
-        if kept.task is None:
-            kept.task = asyncio.create_task(self._top_up(kept, namespaces))
-        await asyncio.shield(kept.task)
+        await self._top_ups.join(namespaces, partial(self._top_up, kept, namespaces))
 
     async def running(self, app: web.Application) -> AsyncIterator[None]:
-        """A cleanup context: once the app stops, every top-up in flight stops too."""
+        """A cleanup context: once the app stops, every top-up in flight is cancelled and
+        awaited."""
         yield
-        tasks = [kept.task for kept in self._kept.values() if kept.task is not None]
-        for namespaces in list(self._kept):
-            self._forget(namespaces)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._top_ups.stop()
+        self._kept.clear()
 
     def _forget(self, namespaces: frozenset[str] | None) -> None:
-        kept = self._kept.pop(namespaces)
-        if kept.task is not None:
-            kept.task.cancel()
+        del self._kept[namespaces]
+        self._top_ups.cancel(namespaces)
 
     async def _top_up(self, kept: _Kept, namespaces: frozenset[str] | None) -> None:
         now, step = self._clock(), self._step
@@ -164,7 +164,6 @@ class Trend:
             return
         finally:
             kept.checked = time.monotonic()
-            kept.task = None
         for name, points in found.items():
             held = kept.points.setdefault(name, [])
             held.extend(points)
