@@ -37,6 +37,18 @@ run: $(STAMP)
 test: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/pytest
 
+# The tests of the compiled loops (the history's reads and lookups, the range functions,
+# aggregations and rankings, the JSON body) once more under numba's bounds checking: an
+# index past an array, or a read past what a loop's table of addresses names, raises
+# IndexError instead of reading wild memory (collector/compiled.py). Its loops are other
+# code, cached in a folder of their own.
+BOUNDSCHECK_TESTS := tests/test_compiled.py tests/test_history.py tests/test_range_windows.py \
+	tests/test_newest.py tests/test_kernels.py tests/test_promjson.py tests/test_engine.py \
+	tests/test_promql.py
+.PHONY: test-boundscheck
+test-boundscheck: $(STAMP)
+	NUMBA_BOUNDSCHECK=1 $(BIN)/pytest -q $(BOUNDSCHECK_TESTS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

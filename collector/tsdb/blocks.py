@@ -48,7 +48,7 @@ BLOCK = 8
 MERGE = 4
 """Closed blocks merged into one segment (:data:`BLOCK` x :data:`MERGE` must stay under 256)."""
 _HEAD = 3
-"""The int64s a segment's layout begins with: its runs, its values, their address."""
+"""The int64s a segment's layout begins with: its runs, its values, their offset."""
 
 
 def absent(values: F64) -> Mask:
@@ -214,8 +214,9 @@ class Segment:
     ``width[r]`` times; ``values`` holds the runs' first ``stored[r]`` cells
     series by series (all of them, or the first alone for one repeated value),
     so the runs of the few series a query selects are read without unpacking
-    the rest. ``ids``, ``first``, ``width`` and ``stored`` lie in one buffer at
-    ``address`` (:meth:`laid`), which compiled reads take (:func:`runs_at`).
+    the rest. ``ids``, ``first``, ``width``, ``stored`` and ``values`` lie in one
+    ``buffer`` at ``address`` (:meth:`laid`), which compiled reads take through
+    :class:`~collector.compiled.Pinned` (:func:`runs_at`).
     """
 
     times: F64
@@ -227,7 +228,9 @@ class Segment:
     points: int
     gaps: NDArray[np.intp]
     """Indexes of the runs with a time inside that holds no point (rare: nearly always empty)."""
+    buffer: NDArray[np.uint8]
     address: int
+    """The buffer's address, taken once: taken for each pass it would cost ~1 us a segment."""
 
     @staticmethod
     def laid(
@@ -241,22 +244,26 @@ class Segment:
         gaps: NDArray[np.intp],
     ) -> Segment:
         """A segment of these runs, laid out for :func:`runs_at`: a head (how many runs and
-        values, and the values' address), then ids, first times, widths and stored counts."""
-        n, values = len(ids), np.ascontiguousarray(values)
-        buffer = np.empty(8 * _HEAD + 7 * n, np.uint8)
-        buffer[: 8 * _HEAD].view(np.int64)[:] = (n, len(values), values.ctypes.data)
+        values, and the values' offset), then ids, first times, widths and stored counts,
+        then the values from the next multiple of 8 bytes."""
+        n = len(ids)
+        at = 8 * (_HEAD + (7 * n + 7) // 8)
+        buffer = np.empty(at + 8 * len(values), np.uint8)
+        buffer[: 8 * _HEAD].view(np.int64)[:] = (n, len(values), at)
         laid_ids = buffer[8 * _HEAD : 8 * _HEAD + 4 * n].view(np.int32)
         laid_ids[:] = ids
-        rest = buffer[8 * _HEAD + 4 * n :].reshape(3, n)
+        rest = buffer[8 * _HEAD + 4 * n : 8 * _HEAD + 7 * n].reshape(3, n)
         rest[:] = (first, width, stored)
+        laid_values = buffer[at:].view(np.float64)
+        laid_values[:] = values
         address = buffer.ctypes.data
-        return Segment(times, laid_ids, rest[0], rest[1], rest[2], values, points, gaps, address)
+        laid = (laid_ids, rest[0], rest[1], rest[2], laid_values)
+        return Segment(times, *laid, points, gaps, buffer, address)
 
     @property
     def nbytes(self) -> int:
         """Bytes its arrays hold."""
-        arrays = (self.times, self.ids, self.first, self.width, self.stored, self.values, self.gaps)
-        return 8 * _HEAD + sum(a.nbytes for a in arrays)
+        return self.times.nbytes + self.buffer.nbytes + self.gaps.nbytes
 
     def cells(self, want: Mask | None, lo: int, hi: int) -> Cells:
         """The cells of times ``[lo, hi)`` of the series ``want`` marks (all if None)."""
@@ -280,16 +287,17 @@ class Segment:
 
 
 @inlined
-def runs_at(address: int) -> tuple[Any, Any, Any, Any, F64]:
-    """In a compiled loop, the segment laid at ``address`` (:meth:`Segment.laid`): its runs'
-    ids, first times, widths and stored counts, and its values."""
-    head = array_at(address, _HEAD, np.int64)
-    n, at = head[0], address + 8 * _HEAD
-    ids = array_at(at, n, np.int32)
-    first = array_at(at + 4 * n, n, np.uint8)
-    width = array_at(at + 5 * n, n, np.uint8)
-    stored = array_at(at + 6 * n, n, np.uint8)
-    return ids, first, width, stored, array_at(head[2], head[1], np.float64)
+def runs_at(table: Any, row: int) -> tuple[Any, Any, Any, Any, F64]:
+    """In a compiled loop, the segment laid (:meth:`Segment.laid`) at ``table``'s ``row``
+    (:class:`~collector.compiled.Pinned`): its runs' ids, first times, widths and stored
+    counts, and its values."""
+    head = array_at(table, row, 0, _HEAD, np.int64)
+    n, at = head[0], 8 * _HEAD
+    ids = array_at(table, row, at, n, np.int32)
+    first = array_at(table, row, at + 4 * n, n, np.uint8)
+    width = array_at(table, row, at + 5 * n, n, np.uint8)
+    stored = array_at(table, row, at + 6 * n, n, np.uint8)
+    return ids, first, width, stored, array_at(table, row, head[2], head[1], np.float64)
 
 
 def gapped(segments: Iterable[Segment], want: Mask | None) -> bool:

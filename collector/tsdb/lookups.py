@@ -15,7 +15,8 @@ and reading their runs with numpy took a score of calls per segment (200 nodes,
 ~1,000 segments: 37-40 ms for a query's lookups, 23 ms for a range selector's
 read). One pass of a compiled loop over a group of nodes' runs takes 8-10 and
 8 ms, the loop itself about 5. It takes the segments by their addresses
-(:meth:`~collector.tsdb.blocks.Segment.laid`), a table of windows a group.
+(:meth:`~collector.tsdb.blocks.Segment.laid`), pinned for the pass
+(:class:`~collector.compiled.Pinned`), and a table of windows a group.
 
 A run with a time inside that holds no point (rare, see
 :attr:`~collector.tsdb.blocks.Segment.gaps`) breaks that reasoning: such a
@@ -24,19 +25,22 @@ node is read as a window instead (:func:`~collector.tsdb.blocks.gapped`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from collector.compiled import compiled
+from collector.compiled import Pinned, compiled
 from collector.tsdb.blocks import Ids, Mask, Segment, runs_at, stale
 from collector.tsdb.series import ABSENT, STALE
 
 F64 = NDArray[np.float64]
 _ALL: Mask = np.zeros(0, bool)
 """What :func:`_wants` gives where every node wants all its series."""
+_NODE = 2
+"""The column of a window's node in a pass's table (:func:`_pinned`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,7 @@ def gridded(nodes: Sequence[Windows]) -> LookedUp:
     closed part of :meth:`~collector.tsdb.axis.Axis.grid`'s, one node."""
     bases, total = _bases(nodes)
     width = max((len(node.times_ms) for node in nodes), default=0)
-    values, row_of = _grid(_table(nodes), _wants(nodes), bases, total, width)
+    values, row_of = _pinned(nodes).call(_grid, _wants(nodes), bases, total, width)
     return _found(values, np.flatnonzero(row_of >= 0), bases)
 
 
@@ -79,8 +83,8 @@ def looked_up(nodes: Sequence[Windows], at: Ids, lookback_ms: int) -> LookedUp:
     bases, total = _bases(nodes)
     starts = np.cumsum([0, *(len(node.times_ms) for node in nodes)])
     times = np.concatenate([node.times_ms for node in nodes])
-    values, row_of = _lookup(
-        _table(nodes), _wants(nodes), bases, total, times, starts, at, lookback_ms
+    values, row_of = _pinned(nodes).call(
+        _lookup, _wants(nodes), bases, total, times, starts, at, lookback_ms
     )
     ids = np.flatnonzero(row_of >= 0)
     found = ~stale(values).all(axis=1)  # a series none of the lookups finds is left out
@@ -102,11 +106,18 @@ def _wants(nodes: Sequence[Windows]) -> Mask:
     return np.concatenate([np.ones(n.size, bool) if n.want is None else n.want for n in nodes])
 
 
-def _table(nodes: Sequence[Windows]) -> Ids:
-    """One row per window of ``nodes``, node after node: the node's index, the window's
-    bounds ``[lo, hi)`` in its segment's times, the segment's address."""
-    rows = [(i, lo, hi, seg.address) for i, n in enumerate(nodes) for seg, lo, hi in n.segments]
-    return np.array(rows, np.int64).reshape(-1, 4)
+def _pinned(nodes: Sequence[Windows]) -> Pinned:
+    """The segments of ``nodes`` pinned for one pass: a row per window, node after node,
+    of its segment's address and size, the node's index, and the window's bounds ``[lo,
+    hi)`` in the segment's times (:func:`_rows`)."""
+    rows = [
+        (seg.address, seg.buffer.nbytes, i, lo, hi)
+        for i, n in enumerate(nodes)
+        for seg, lo, hi in n.segments
+    ]
+    # fromiter over the flattened rows: np.array of the row tuples took 1.3-1.6x as long
+    table = np.fromiter(itertools.chain.from_iterable(rows), np.int64, 5 * len(rows))
+    return Pinned([seg.buffer for n in nodes for seg, _, _ in n.segments], table.reshape(-1, 5))
 
 
 def _found(values: F64, ids: Ids, bases: Ids) -> LookedUp:
@@ -118,11 +129,11 @@ def _found(values: F64, ids: Ids, bases: Ids) -> LookedUp:
 @compiled
 def _rows(table: Ids, want: Mask, bases: Ids, total: int) -> tuple[Ids, int]:
     """Each id's row (-1: none, rows in id order): the ids laid end to end with a wanted
-    run inside a window of ``table``; and how many rows."""
+    run inside a window of ``table`` (:func:`_pinned`); and how many rows."""
     seen = np.zeros(total, np.bool_)
     for w in range(table.shape[0]):
-        node, lo, hi, address = table[w]
-        ids, first, width, _, _ = runs_at(address)
+        _, _, node, lo, hi = table[w]
+        ids, first, width, _, _ = runs_at(table, w)
         for r in range(ids.size):
             k = bases[node] + ids[r]
             f = np.int64(first[r])
@@ -145,10 +156,10 @@ def _grid(table: Ids, want: Mask, bases: Ids, total: int, width: int) -> tuple[F
     out = np.full((rows, width), ABSENT)
     col = 0
     for w in range(table.shape[0]):
-        node, lo, hi, address = table[w]
-        if w == 0 or node != table[w - 1, 0]:
+        _, _, node, lo, hi = table[w]
+        if w == 0 or node != table[w - 1, _NODE]:
             col = 0
-        ids, first, runs, stored, values = runs_at(address)
+        ids, first, runs, stored, values = runs_at(table, w)
         at = 0
         for r in range(ids.size):
             cell, at = at, at + stored[r]
@@ -187,16 +198,16 @@ def _lookup(
     oldest = np.empty(steps, np.int64)  # and its oldest within the lookback
     col = 0
     for w in range(table.shape[0] + 1):
-        changed = w == table.shape[0] or w == 0 or table[w, 0] != table[w - 1, 0]
+        changed = w == table.shape[0] or w == 0 or table[w, _NODE] != table[w - 1, _NODE]
         if changed and w:
-            _tails(out, row_of, bases, table[w - 1, 0], ended, step_after, last, oldest)
+            _tails(out, row_of, bases, table[w - 1, _NODE], ended, step_after, last, oldest)
         if w == table.shape[0]:
             break
-        node, lo, hi, address = table[w]
+        _, _, node, lo, hi = table[w]
         if changed:
             col = 0
             _steps(times[starts[node] : starts[node + 1]], at, lookback, pos, oldest)
-        ids, first, runs, stored, values = runs_at(address)
+        ids, first, runs, stored, values = runs_at(table, w)
         shift, cell = col - lo, 0
         for r in range(ids.size):
             here, cell = cell, cell + stored[r]
