@@ -200,14 +200,13 @@ class Sampler:
         nvml = self._nvml
         cards = nvml.sample(self._xid.counts() if self._xid else None) if nvml else []
         clamped = self._utilization.clamped
-        processes: list[ContainerUsage] = []
+        processes: list[ContainerUsage] | None = None  # None: no attribution
         self._samples = []
-        attributing = self._owners is not None and nvml is not None and nvml.available
-        if attributing and self._owners is not None and nvml is not None:
+        if self._owners is not None and nvml is not None and nvml.available:
             processes = self._attribute(nvml, self._owners)
         scan, owners = self._scan()
-        picked = self._utilization.regions(scan.regions, owners, processes)
-        if attributing:
+        picked = self._utilization.regions(scan.regions, owners, processes or [])
+        if processes is not None:
             cards, processes = self._ledger.split(cards, processes)
         assignments = self._assignments(frozenset(p.pid for p in self._samples))
         payload = Payload(
@@ -218,7 +217,7 @@ class Sampler:
             nvml=nvml is not None and nvml.available,
             cards=cards,
             regions=regions(scan, picked),
-            processes=processes,
+            processes=processes or [],
             assignments=assignments,
         )
         self.sequence += 1
