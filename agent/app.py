@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -25,16 +25,19 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from agent import attribution, region_scan
-from agent.attribution import EnergyLedger
-from agent.cgroups import ProcOwners
+from agent.attribution import EnergyLedger, Source, Utilization
+from agent.cgroups import Owner, ProcOwners
 from agent.destinations import Fanout, PushOptions
+from agent.hamicore import DeviceUsage
 from agent.kubelet import PodResourcesReader
 from agent.nvml import NvmlSampler, ProcessSample
 from agent.push import token_reader
+from agent.region_scan import RegionKey
 from agent.settings import AgentSettings
+from agent.slots import SlotChecker
 from agent.xid import XidWatcher
 from core.content import TEXT_CONTENT_TYPE
-from core.payload import Assignment, Card, ContainerUsage, Device, Payload, Region
+from core.payload import Assignment, ContainerUsage, Device, Payload, Region
 from core.registry import WithoutCreated
 from core.settings import parse_listen
 from core.tasks import Supervisor
@@ -42,21 +45,20 @@ from core.tasks import Supervisor
 log = logging.getLogger(__name__)
 
 
-def regions(scan: region_scan.Scan) -> list[Region]:
-    """The payload's regions from one scan of the region folders."""
+Picked = Mapping[tuple[RegionKey, int], tuple[float, Source]]
+"""(region key, device index) -> the device's utilisation and its source (:class:`Utilization`)."""
+
+
+def regions(scan: region_scan.Scan, utilization: Picked | None = None) -> list[Region]:
+    """The payload's regions from one scan of the region folders.
+
+    ``utilization`` replaces each device's SM utilisation and names its source;
+    without it the region's own is sent and its source left unsaid.
+    """
     out = []
     for key, usage in scan.regions.items():
         devices = [
-            Device(
-                index=d.index,
-                uuid=d.uuid,
-                memory_used=d.memory_used,
-                memory_limit=d.memory_limit,
-                context=d.context,
-                module=d.module,
-                buffer=d.buffer,
-                sm_utilization=d.sm_utilization,
-            )
+            _device(d, None if utilization is None else utilization.get((key, d.index)))
             for d in usage.devices
         ]
         if key[0] == "pod":
@@ -75,6 +77,26 @@ def regions(scan: region_scan.Scan) -> list[Region]:
     return out
 
 
+def _device(d: DeviceUsage, picked: tuple[float, Source] | None) -> Device:
+    sm, source = (d.sm_utilization, None) if picked is None else picked
+    return Device(
+        index=d.index,
+        uuid=d.uuid,
+        memory_used=d.memory_used,
+        memory_limit=d.memory_limit,
+        context=d.context,
+        module=d.module,
+        buffer=d.buffer,
+        sm_utilization=sm,
+        utilization_source=source,
+        stale_memory=d.stale_memory,
+    )
+
+
+def _no_owners(key: RegionKey) -> frozenset[Owner]:
+    return frozenset()
+
+
 KUBELET_REFRESH = 60.0
 """Seconds after which the kubelet's assignments are asked again though no process changed."""
 
@@ -85,7 +107,11 @@ class Sampler:
     With ``owners``, NVML's processes are attributed to pods' containers through
     their cgroups and the cards' energy is split between them; with ``kubelet``,
     the snapshot says which card each container holds; with ``xid``, cards carry
-    the XID events counted since the agent started.
+    the XID events counted since the agent started; with ``slots``, each
+    HAMi-core slot's process is checked and a gone one's memory left out
+    (without, every slot HAMi's monitor counts is counted, as unchecked). With
+    both ``owners`` and ``slots``, a region without utilisation of its own
+    takes NVML's for its container's processes (:class:`Utilization`).
     """
 
     def __init__(
@@ -97,6 +123,8 @@ class Sampler:
         owners: ProcOwners | None = None,
         kubelet: PodResourcesReader | None = None,
         xid: XidWatcher | None = None,
+        *,
+        slots: SlotChecker | None = None,
     ) -> None:
         self.node = node
         self.instance = uuid.uuid4().hex[:16]
@@ -107,7 +135,9 @@ class Sampler:
         self._owners = owners
         self._kubelet = kubelet
         self._xid = xid
+        self._slots = slots
         self._ledger = EnergyLedger()
+        self._utilization = Utilization()
         self._samples: list[ProcessSample] = []
         self._listed: tuple[frozenset[int], float, list[Assignment] | None] | None = None
         self.registry = CollectorRegistry(auto_describe=True)
@@ -130,6 +160,23 @@ class Sampler:
             "Processes skipped because their cgroup could not be read (another PID namespace, gone).",
             registry=r,
         )
+        self.stale_slots = Gauge(
+            "hami_agent_stale_region_slots",
+            "HAMi-core slots whose process is gone, left out (their memory too), in the latest"
+            " snapshot.",
+            registry=r,
+        )
+        self.unchecked_slots = Gauge(
+            "hami_agent_unchecked_region_slots",
+            "HAMi-core slots counted without a check of their process (no host /proc, or it"
+            " could not tell), in the latest snapshot.",
+            registry=r,
+        )
+        self.clamped = Counter(
+            "hami_agent_utilization_clamped",
+            "Container utilisations above 100 sent as 100.",
+            registry=r,
+        )
         self.pod_resources_up = Gauge(
             "hami_agent_pod_resources_up",
             "1 if the kubelet's PodResources API answered the latest snapshot's List.",
@@ -144,16 +191,23 @@ class Sampler:
         taken.set_function(lambda: self.sequence)
 
     def snapshot(self) -> Payload:
-        """Read everything once; errors are counted, never raised."""
+        """Read everything once; errors are counted, never raised.
+
+        NVML's processes are read before the regions: a slot's host PID that
+        NVML lists is not gone, whatever the host's /proc shows.
+        """
         started = time.perf_counter()
-        scan = region_scan.scan(self._roots, grace=self._grace)
-        for failure in scan.failures:
-            self.region_errors.labels(failure.error.reason).inc()
         nvml = self._nvml
         cards = nvml.sample(self._xid.counts() if self._xid else None) if nvml else []
-        processes: list[ContainerUsage] = []
+        clamped = self._utilization.clamped
+        processes: list[ContainerUsage] | None = None  # None: no attribution
+        self._samples = []
         if self._owners is not None and nvml is not None and nvml.available:
-            cards, processes = self._attribute(nvml, self._owners, cards)
+            processes = self._attribute(nvml, self._owners)
+        scan, owners = self._scan()
+        picked = self._utilization.regions(scan.regions, owners, processes or [])
+        if processes is not None:
+            cards, processes = self._ledger.split(cards, processes)
         assignments = self._assignments(frozenset(p.pid for p in self._samples))
         payload = Payload(
             node=self.node,
@@ -162,11 +216,14 @@ class Sampler:
             time=time.time(),
             nvml=nvml is not None and nvml.available,
             cards=cards,
-            regions=regions(scan),
-            processes=processes,
+            regions=regions(scan, picked),
+            processes=processes or [],
             assignments=assignments,
         )
         self.sequence += 1
+        self.clamped.inc(self._utilization.clamped - clamped)
+        self.stale_slots.set(sum(r.stale for r in scan.regions.values()))
+        self.unchecked_slots.set(sum(r.unchecked for r in scan.regions.values()))
         self.region_count.set(len(payload.regions))
         self.cards.set(len(cards))
         self.nvml_up.set(1 if payload.nvml else 0)
@@ -196,16 +253,27 @@ class Sampler:
         if self._kubelet is not None:
             self._kubelet.close()
 
-    def _attribute(
-        self, nvml: NvmlSampler, owners: ProcOwners, cards: list[Card]
-    ) -> tuple[list[Card], list[ContainerUsage]]:
-        """Each container's processes on each device, and its share of the card's energy."""
+    def _attribute(self, nvml: NvmlSampler, owners: ProcOwners) -> list[ContainerUsage]:
+        """Each container's processes on each device, utilisation clamped to 100."""
         samples = self._samples = nvml.processes()
         pids = {sample.pid for sample in samples}
         known = owners.owners(pids)
         self.processes.set(len(pids))
         self.unreadable.inc(len(pids) - len(known))
-        return self._ledger.split(cards, attribution.usage(samples, known))
+        return self._utilization.usages(attribution.usage(samples, known))
+
+    def _scan(self) -> tuple[region_scan.Scan, Callable[[RegionKey], frozenset[Owner]]]:
+        """One scan of the region folders, each slot judged when ``slots`` was given, and the
+        containers each region's live slots belong to."""
+        tick = None if self._slots is None else self._slots.tick({s.pid for s in self._samples})
+        judges = None if tick is None else tick.judge
+        scan = region_scan.scan(self._roots, grace=self._grace, judges=judges)
+        for failure in scan.failures:
+            self.region_errors.labels(failure.error.reason).inc()
+        if tick is None:
+            return scan, _no_owners
+        tick.finish()
+        return scan, tick.owners
 
 
 def start_nvml(enabled: bool, module: object = None) -> NvmlSampler | None:
@@ -321,13 +389,17 @@ async def serve(settings: AgentSettings, stop: asyncio.Event, nvml_module: objec
 def sampler_of(
     settings: AgentSettings, nvml: NvmlSampler | None, xid: XidWatcher | None = None
 ) -> Sampler:
-    """The sampler the settings ask for: attribution and the kubelet read where NVML runs."""
+    """The sampler the settings ask for: attribution and the kubelet read where NVML runs, the
+    HAMi-core slots checked in the host's /proc wherever attribution is asked for."""
     owners = kubelet = None
     if nvml is not None and nvml.available:
         if settings.processes:
             owners = ProcOwners(settings.host_proc)
         kubelet = PodResourcesReader(str(settings.pod_resources_socket), nvml.device_uuid)
-    return Sampler(settings.node, settings.roots, settings.grace, nvml, owners, kubelet, xid)
+    slots = SlotChecker(settings.host_proc) if settings.processes else None
+    return Sampler(
+        settings.node, settings.roots, settings.grace, nvml, owners, kubelet, xid, slots=slots
+    )
 
 
 async def watch_xid(watcher: XidWatcher) -> None:

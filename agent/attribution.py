@@ -2,17 +2,29 @@
 
 :func:`usage` groups :class:`~agent.nvml.ProcessSample` records by device and
 owner (:mod:`agent.cgroups`); :class:`EnergyLedger` turns each card's energy
-counter into running per-container shares and the card's idle remainder.
+counter into running per-container shares, the share of processes of no pod
+and the card's idle remainder; :class:`Utilization` picks each HAMi-core
+region's utilisation (the region's, or NVML's where the region has none) and
+clamps every container's to 100.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
 
 from agent.cgroups import Owner
+from agent.hamicore import DeviceUsage, RegionUsage
 from agent.nvml import ProcessSample
+from agent.region_scan import RegionKey
 from core.payload import Card, ContainerUsage
+
+Source = Literal["hami-core", "nvml"]
+"""Which reading a region device's utilisation is (:attr:`core.payload.Device.utilization_source`)."""
+
+MAX_UTILIZATION: Final = 100.0
 
 #: (card UUID, device UUID, pod UID, container ID): one running energy share.
 _Key = tuple[str, str, str | None, str | None]
@@ -77,12 +89,15 @@ class EnergyLedger:
     each container (and the host's processes, pod_uid None) on the card or one
     of its MIG instances gets b * E * u / sum(u) by its SM utilisation u (None
     counts 0; nothing when sum(u) is 0). What no share took, E - sum(shares), is
-    the card's idle energy. Both are running totals from the ledger's first
-    reading of the card.
+    the card's idle energy; what the shares of processes of no pod took is also
+    the card's unattributed energy. Both are running totals from the ledger's
+    first reading of the card, and so is each usage's energy.
 
-    Invariant: for each card, idle_energy + the energy of every usage on it ==
-    the card's energy now - its energy at the ledger's first reading, while
-    every (device, pod, container) once reported on the card is still reported.
+    Invariant: for each card, idle_energy + unattributed_energy + the energy of
+    every usage of a pod on it == the card's energy now - its energy at the
+    ledger's first reading, while every (device, pod, container) once reported
+    on the card is still reported (the processes of no pod may come and go:
+    their part is the card's).
     A usage absent from a snapshot loses its running total (its series ends,
     and a counter that comes back starts at 0), so afterwards only increases
     add up: over any interval between two consecutive snapshots that report the
@@ -116,8 +131,13 @@ class EnergyLedger:
             weights = [usages[i].utilization or 0.0 for i in mine]
             for i, total in zip(mine, self._card(card, keys, weights, state), strict=True):
                 energies[i] = total
-            kept = None if card.energy is None else state.idle[card.uuid]
-            out.append(card.model_copy(update={"idle_energy": kept}))
+            kept: dict[str, float | None] = {"idle_energy": None, "unattributed_energy": None}
+            if card.energy is not None:
+                kept = {
+                    "idle_energy": state.idle[card.uuid],
+                    "unattributed_energy": state.unattributed[card.uuid],
+                }
+            out.append(card.model_copy(update=kept))
         self._state = state
         updated = [
             u.model_copy(update={"energy": e}) for u, e in zip(usages, energies, strict=True)
@@ -139,9 +159,13 @@ class EnergyLedger:
         interval = 0.0 if previous is None or card.energy < previous else card.energy - previous
         parts = _parts(card.utilization, weights, interval)
         totals: list[float | None] = []
+        unattributed = old.unattributed.get(card.uuid, 0.0)
         for key, part in zip(keys, parts, strict=True):
             state.shares[key] = old.shares.get(key, 0.0) + part
             totals.append(state.shares[key])
+            if key[2] is None:
+                unattributed += part
+        state.unattributed[card.uuid] = unattributed
         # Rounding can leave -1e-13 when the card was fully busy; a counter is never negative.
         state.idle[card.uuid] = max(0.0, old.idle.get(card.uuid, 0.0) + interval - sum(parts))
         return totals
@@ -149,10 +173,12 @@ class EnergyLedger:
 
 @dataclass(slots=True)
 class _State:
-    """Per card: the last energy reading and the idle total; per usage key: its running share."""
+    """Per card: the last energy reading, the idle and unattributed totals; per usage key: its
+    running share."""
 
     before: dict[str, float] = field(default_factory=dict)
     idle: dict[str, float] = field(default_factory=dict)
+    unattributed: dict[str, float] = field(default_factory=dict)
     shares: dict[_Key, float] = field(default_factory=dict)
 
     def carry(self, card: str, keys: list[_Key], into: _State) -> None:
@@ -161,6 +187,8 @@ class _State:
             into.before[card] = self.before[card]
         if card in self.idle:
             into.idle[card] = self.idle[card]
+        if card in self.unattributed:
+            into.unattributed[card] = self.unattributed[card]
         for key in keys:
             if key in self.shares:
                 into.shares[key] = self.shares[key]
@@ -179,3 +207,84 @@ def _by_card(cards: Sequence[Card], usages: Sequence[ContainerUsage]) -> dict[st
 
 def _key(card: str, used: ContainerUsage) -> _Key:
     return (card, used.device, used.pod_uid, used.container_id)
+
+
+class Utilization:
+    """Each HAMi-core region device's utilisation and its source, every container's clamped.
+
+    HAMi-core's region carries a container's SM utilisation only while its
+    utilisation watcher runs, and on the HAMi-core versions between PR #166
+    and PR #198 it does not start without ``GPU_CORE_UTILIZATION_POLICY=force``
+    (HAMi#1864, HAMi-core#195): the region then reads 0 however busy the
+    container is. A region device that has never shown a utilisation above 0
+    takes, while it has none, NVML's per-process SM utilisation of its
+    container's processes on that card, summed (source ``nvml``); the container
+    is known by the pod UID and container ID of the processes of its live slots
+    (:meth:`agent.slots.SlotTick.owners`). Once the region shows a utilisation,
+    its watcher runs, and the region's reading is used from then on (source
+    ``hami-core``), idle or not, so the source does not flap with the load.
+
+    A sum above 100 (HAMi#1565: frozen or double-counted slots upstream; NVML
+    samples summed over processes) is clamped to 100 and counted in
+    :attr:`clamped`.
+    """
+
+    def __init__(self) -> None:
+        self._reporting: set[tuple[Path, int]] = set()
+        """(region file, device index) whose region has shown a utilisation above 0."""
+        self.clamped = 0
+        """Utilisations clamped to 100, cumulative."""
+
+    def usages(self, usages: Sequence[ContainerUsage]) -> list[ContainerUsage]:
+        """``usages`` with each utilisation clamped to 100."""
+        out = []
+        for used in usages:
+            if used.utilization is not None and used.utilization > MAX_UTILIZATION:
+                used = used.model_copy(update={"utilization": self.clamp(used.utilization)})
+            out.append(used)
+        return out
+
+    def regions(
+        self,
+        regions: Mapping[RegionKey, RegionUsage],
+        owners: Callable[[RegionKey], frozenset[Owner]],
+        usages: Sequence[ContainerUsage],
+    ) -> dict[tuple[RegionKey, int], tuple[float, Source]]:
+        """(region key, device index) -> (utilisation, source) of every device of ``regions``.
+
+        ``owners``: the containers of a region's live slots; ``usages``: NVML's
+        per-container view of this snapshot.
+        """
+        nvml: dict[tuple[Owner, str], float] = {}
+        for used in usages:
+            pod, container, busy = used.pod_uid, used.container_id, used.utilization
+            if pod is not None and container is not None and busy is not None:
+                at = (Owner(pod, container), used.device)
+                nvml[at] = nvml.get(at, 0.0) + busy
+        reporting: set[tuple[Path, int]] = set()
+        out: dict[tuple[RegionKey, int], tuple[float, Source]] = {}
+        for key, region in regions.items():
+            for device in region.devices:
+                ident = (region.path, device.index)
+                if device.sm_utilization > 0 or ident in self._reporting:
+                    reporting.add(ident)
+                    out[(key, device.index)] = (self.clamp(device.sm_utilization), "hami-core")
+                else:
+                    out[(key, device.index)] = self._nvml(device, owners(key), nvml)
+        self._reporting = reporting
+        return out
+
+    def _nvml(
+        self, device: DeviceUsage, owners: frozenset[Owner], nvml: Mapping[tuple[Owner, str], float]
+    ) -> tuple[float, Source]:
+        found = [nvml[(who, device.uuid)] for who in owners if (who, device.uuid) in nvml]
+        if not found:
+            return device.sm_utilization, "hami-core"
+        return self.clamp(sum(found)), "nvml"
+
+    def clamp(self, value: float) -> float:
+        """``value``, or 100 (counted) if it is above."""
+        if value > MAX_UTILIZATION:
+            self.clamped += 1
+            return MAX_UTILIZATION
+        return value

@@ -26,9 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-#: The most of a cgroup file read: a real one is a few hundred bytes (one line
-#: per v1 hierarchy); the cap bounds what a hostile or broken file can cost.
-MAX_BYTES: Final = 64 * 1024
+from agent.procfs import read_text
 
 _QOS: Final = frozenset({"burstable", "besteffort"})
 # Anchored at the start or after "-" so "kubelet-kubepods-..." (kind) matches
@@ -97,15 +95,6 @@ def _cgroupfs(parts: list[str], i: int) -> Owner | None:
     return Owner(pod_match.group(1), parts[i + 1])
 
 
-def _read(path: Path) -> str:
-    """At most :data:`MAX_BYTES` of a file; a line cut by the cap is dropped, not half-parsed."""
-    with path.open("rb") as file:
-        data = file.read(MAX_BYTES)
-    if len(data) == MAX_BYTES:
-        data = data[: data.rfind(b"\n") + 1]
-    return data.decode("utf-8", errors="replace")
-
-
 class ProcOwners:
     """:func:`owner` for host PIDs, reading ``<host_proc>/<pid>/cgroup`` once per PID's life.
 
@@ -145,7 +134,7 @@ class ProcOwners:
     def _cgroup(self, pid: int) -> str | None:
         self.reads += 1
         try:
-            return _read(self._host_proc / str(pid) / "cgroup")
+            return read_text(self._host_proc / str(pid) / "cgroup")
         except OSError:
             self.unreadable += 1
             return None

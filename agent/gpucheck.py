@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agent import attribution, cudadriver
+from agent import attribution, cudadriver, procfs
 from agent.attribution import EnergyLedger
 from agent.cgroups import Owner, ProcOwners
 from agent.cudadriver import CudaDriver, CudaError
@@ -396,13 +396,9 @@ def host_pid(host_proc: Path, pid: int) -> int | None:
 
 def _nspid(entry: Path) -> list[int]:
     try:
-        text = (entry / "status").read_text(errors="replace")
+        return procfs.parse_nspid(procfs.read_text(entry / "status"))
     except OSError:
         return []
-    for line in text.splitlines():
-        if line.startswith("NSpid:"):
-            return [int(field) for field in line.split()[1:] if field.isdigit()]
-    return []
 
 
 def _pid_namespace(entry: Path) -> tuple[int, int] | None:

@@ -32,12 +32,23 @@ Layout by size
     below v1 -> v0; at least v1 -> v1, whose version must be 1.1 or 1.2
     (``unknown_version`` otherwise).
 
-Aggregation (as upstream)
+Aggregation (as upstream, less the slots whose process is gone)
     Over slots ``0 <= s < clamp(proc_num, 0, 1024)`` with ``status != 0``, per
     device ``i < clamp(device_num, 0, 16)``: memory used = sum of
     ``used[i].total``; context / module / buffer = sums of context_size /
     module_size / data_size; SM = sum of ``device_util[i].sm_util``; limit =
     ``limit[i]``. ``last_kernel_time`` is reported only when > 0 (v1 only).
+
+Slots whose process is gone
+    HAMi-core clears a slot only when its process exits normally; a SIGKILLed
+    or OOM-killed process leaves ``status = 1`` and all its counters until
+    another CUDA process of the container compacts the region, which may never
+    happen (HAMi#2310). Upstream's monitor counts such a slot. Given a
+    :data:`SlotJudge` (:mod:`agent.slots`, which asks the host's ``/proc``),
+    the reader shows it each slot upstream would count and leaves out those
+    judged ``gone``: their memory goes to ``stale_memory`` instead, their SM
+    utilisation nowhere. Without a judge every such slot counts, as upstream
+    counts it, and is counted as ``unchecked``.
 
 Devices whose uuid is empty are skipped
     HAMi-core fills ``uuids[i]`` for every device it exposes when it initialises
@@ -68,8 +79,9 @@ import os
 import stat
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -81,6 +93,7 @@ from agent.region_layout import (
     PRE_V0_SIZES,
     READ_STRUCTS,
     SEQ_STRUCT,
+    SLOT_SUMMED,
     U64,
     V0_SIZE,
     V281_SIZES,
@@ -108,6 +121,25 @@ Reason = Literal[
 ]
 
 
+Verdict = Literal["live", "gone", "unchecked"]
+"""A slot's process: still there, gone, or not checked (then it counts, as upstream counts it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A slot upstream's monitor counts (below ``proc_num``, ``status != 0``), as a judge sees it."""
+
+    index: int
+    pid: int
+    """The process's PID in its container's PID namespace (HAMi-core's ``getpid()``)."""
+    hostpid: int
+    """Its host PID as HAMi-core detected it at start; 0 when detection failed."""
+
+
+SlotJudge = Callable[[Sequence[Slot]], Sequence[Verdict]]
+"""Decides, for one region's slots at once, whether each slot's process is gone."""
+
+
 class RegionError(Exception):
     """A region (file or folder) that could not be read; ``reason`` is short and fixed."""
 
@@ -130,6 +162,8 @@ class DeviceUsage:
     module: int
     buffer: int
     sm_utilization: float
+    stale_memory: int | None = None
+    """Bytes the slots judged gone still hold, left out of ``memory_used``; None unjudged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +175,11 @@ class RegionUsage:
     devices: tuple[DeviceUsage, ...]
     last_kernel_time: int | None
     processes: int
-    """Live slots (status != 0) below proc_num."""
+    """Slots counted: status != 0, below proc_num, not judged gone."""
+    stale: int = 0
+    """Slots with status != 0 whose process the judge found gone (upstream would count them)."""
+    unchecked: int = 0
+    """Slots counted without a check: no judge, or one that could not tell."""
     retries: int = 0
     """Slot re-reads the v1.2 seqlock needed (contention indicator for self-metrics)."""
 
@@ -167,8 +205,12 @@ def _pread(fd: int, path: Path, size: int, offset: int) -> bytes:
     return data
 
 
-def read_region(path: Path | str) -> RegionUsage:
-    """Read and aggregate one region file; raise :class:`RegionError` if it cannot be trusted."""
+def read_region(path: Path | str, judge: SlotJudge | None = None) -> RegionUsage:
+    """Read and aggregate one region file; raise :class:`RegionError` if it cannot be trusted.
+
+    ``judge`` decides which slots' processes are gone (see the module docstring);
+    it only reads, as does everything here.
+    """
     path = Path(path)
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
     try:
@@ -178,14 +220,14 @@ def read_region(path: Path | str) -> RegionUsage:
     except OSError as exc:
         raise RegionError("unreadable", path, f"cannot open: {exc.strerror or exc}") from exc
     try:
-        return _read_fd(fd, path)
+        return _read_fd(fd, path, judge)
     except OSError as exc:
         raise RegionError("unreadable", path, f"read failed: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
 
 
-def _read_fd(fd: int, path: Path) -> RegionUsage:
+def _read_fd(fd: int, path: Path, judge: SlotJudge | None) -> RegionUsage:
     off = _layout_of(fd, path)
     structs = READ_STRUCTS[off]
     header = _header(fd, path, off, structs)
@@ -193,13 +235,20 @@ def _read_fd(fd: int, path: Path) -> RegionUsage:
     proc_num = min(max(tail[0], 0), MAX_PROCS)
     n = header.devices
     rows, retries = _slot_rows(fd, path, off, header.layout, structs.slots[n], proc_num)
-    live = [row for row in rows if row[5 * n] != 0]  # status follows the 5n summed fields
+    status = SLOT_SUMMED + 5 * n  # status follows pid, hostpid and the 5n summed fields
+    counted = [(s, row) for s, row in enumerate(rows) if row[status] != 0]
+    slots = [Slot(s, row[0], row[1]) for s, row in counted]
+    verdicts: Sequence[Verdict] = ["unchecked"] * len(slots) if judge is None else judge(slots)
+    live = [row for (_, row), v in zip(counted, verdicts, strict=True) if v != "gone"]
+    gone = [row for (_, row), v in zip(counted, verdicts, strict=True) if v == "gone"]
     return RegionUsage(
         path=path,
         layout=header.layout,
-        devices=_devices(path, header, live),
+        devices=_devices(path, header, live, None if judge is None else gone),
         last_kernel_time=tail[1] if len(tail) > 1 and tail[1] > 0 else None,
         processes=len(live),
+        stale=len(gone),
+        unchecked=sum(1 for v in verdicts if v == "unchecked"),
         retries=retries,
     )
 
@@ -268,12 +317,24 @@ def _slot_rows(
     return list(slot_struct.iter_unpack(slots)), 0
 
 
+def _sums(rows: Sequence[tuple[int, ...]], n: int) -> list[int]:
+    """The column sums of the 5n summed fields of ``rows`` (4n memory fields, then n SM)."""
+    if not rows:
+        return [0] * (5 * n)
+    return [sum(col) for col in islice(zip(*rows, strict=True), SLOT_SUMMED, SLOT_SUMMED + 5 * n)]
+
+
 def _devices(
-    path: Path, header: _Header, live: Sequence[tuple[int, ...]]
+    path: Path,
+    header: _Header,
+    live: Sequence[tuple[int, ...]],
+    gone: Sequence[tuple[int, ...]] | None,
 ) -> tuple[DeviceUsage, ...]:
-    """Per device, the sums over the live slots; devices with an empty uuid are left out."""
+    """Per device, the sums over the live slots (and the memory of the gone ones, if judged);
+    devices with an empty uuid are left out."""
     n = header.devices
-    sums = [sum(col) for col in zip(*live, strict=True)] if live else [0] * (5 * n)
+    sums = _sums(live, n)
+    stale = None if gone is None else _sums(gone, n)
     devices: list[DeviceUsage] = []
     for i in range(n):
         uuid = _uuid(path, i, header.uuids[i])
@@ -289,6 +350,7 @@ def _devices(
                 module=sums[4 * i + 1],
                 buffer=sums[4 * i + 2],
                 sm_utilization=float(sums[4 * n + i]),
+                stale_memory=None if stale is None else stale[4 * i + 3],
             )
         )
     return tuple(devices)

@@ -190,13 +190,17 @@ def _format(fields: Sequence[tuple[int, str]], size: int | None = None) -> str:
     return "".join(out)
 
 
-def _slot_struct(off: Offsets, n: int) -> struct.Struct:
-    """One slot -> (ctx0, mod0, data0, total0, ..., sm0..sm[n-1], status[, seqlock]).
+SLOT_SUMMED: Final = 2
+"""Where a slot row's summed fields start: after pid and hostpid."""
 
-    Only the fields the aggregation needs, for the first ``n`` devices, so that
-    ``iter_unpack`` over the live slots does all the byte work in C.
+
+def _slot_struct(off: Offsets, n: int) -> struct.Struct:
+    """One slot -> (pid, hostpid, ctx0, mod0, data0, total0, ..., sm0..sm[n-1], status[, seqlock]).
+
+    Only the fields the aggregation and the liveness check need, for the first
+    ``n`` devices, so that ``iter_unpack`` over the slots does all the byte work in C.
     """
-    fields: list[tuple[int, str]] = []
+    fields: list[tuple[int, str]] = [(off.slot_pid, "i"), (off.slot_hostpid, "i")]
     for i in range(n):
         base = off.slot_used + i * off.mem_size
         fields += [(base + at, "Q") for at in (MEM_CONTEXT, MEM_MODULE, MEM_DATA, MEM_TOTAL)]

@@ -15,6 +15,11 @@ Several ``.cache`` files for one key
     in ``Scan.ignored``. If the newest one cannot be read (a container that has
     just started and not yet initialised it), the key is a failure of this scan
     rather than a report of an earlier run's figures.
+
+Slots whose process is gone
+    With ``judges``, each region read is given the judge of its key and file
+    (:data:`Judges`), which decides which of its slots' processes are gone
+    (:mod:`agent.slots`); see :func:`agent.hamicore.read_region`.
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from pathlib import Path
 from typing import Literal
 
 from agent import hamicore
-from agent.hamicore import RegionError, RegionUsage
+from agent.hamicore import RegionError, RegionUsage, SlotJudge
 
 PodKey = tuple[Literal["pod"], str, str]
 ClaimKey = tuple[Literal["claim"], str]
 RegionKey = PodKey | ClaimKey
 """("pod", pod_uid, container) or ("claim", claim_uid)."""
+
+Judges = Callable[[RegionKey, Path], SlotJudge | None]
+"""The slot judge of one region, given its key and the file read for it; None: none can judge."""
 
 _CacheFile = tuple[float, str, Path]
 """(mtime, name, path) of one ``*.cache`` entry."""
@@ -146,6 +154,7 @@ def _choose(
     grace: float | None,
     when: float,
     failures: list[Failure],
+    judges: Judges | None,
 ) -> tuple[dict[RegionKey, RegionUsage], int, int]:
     """Read the newest file of each fresh key: (regions, ignored files, stale keys)."""
     regions: dict[RegionKey, RegionUsage] = {}
@@ -161,7 +170,9 @@ def _choose(
         ignored += len(files) - 1
         try:
             # Looked up on the module at each call, so a test can stand in for the reader.
-            regions[key] = hamicore.read_region(files[0][2])
+            path = files[0][2]
+            judge = None if judges is None else judges(key, path)
+            regions[key] = hamicore.read_region(path, judge)
         except RegionError as exc:
             failures.append(Failure(key, exc))  # never an older file: it belongs to an earlier run
     return regions, ignored, stale
@@ -172,6 +183,7 @@ def scan(
     *,
     grace: float | None = None,
     now: float | None = None,
+    judges: Judges | None = None,
 ) -> Scan:
     """Read every region under ``<root>/containers/*/`` and ``<root>/claims/*/``.
 
@@ -182,6 +194,7 @@ def scan(
     ``now`` is skipped and counted as stale (leftovers of deleted pods; note an
     idle process may not touch its region for a long time, so keep it generous).
     Any error is confined to its own folder or file and recorded; the scan goes on.
+    ``judges``: see the module docstring.
     """
     failures: list[Failure] = []
     candidates: dict[RegionKey, list[_CacheFile]] = {}
@@ -198,7 +211,7 @@ def scan(
             root / "claims", _claim_key, "folder name is not a claim UID", candidates, failures
         )
     when = time.time() if now is None else now
-    regions, ignored, stale = _choose(candidates, grace, when, failures)
+    regions, ignored, stale = _choose(candidates, grace, when, failures, judges)
     errors: Counter[str] = Counter(f.error.reason for f in failures)
     return Scan(
         regions=regions,

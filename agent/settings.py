@@ -52,7 +52,7 @@ class AgentSettings(FileSettings):
     nvml: bool = Field(True, description="Read cards through NVML.")
     processes: bool = Field(
         True,
-        description="Attribute NVML's processes to pods' containers through their cgroups under --host-proc.",
+        description="Attribute NVML's processes to pods' containers through their cgroups under --host-proc, and check there whether each HAMi-core slot's process is gone.",
     )
     host_proc: Path = Field(
         Path("/proc"),

@@ -2,6 +2,10 @@
 
 Readings are raw: bytes, percentages 0-100, epoch seconds. Attribution to
 namespace/pod/container happens in the collector, which watches pods anyway.
+
+Fields are only ever added, each optional with a default that means "not
+sent", so an older agent's payload stays valid (a newer agent's is refused by
+an older collector, which forbids unknown fields: upgrade the collector first).
 """
 
 from __future__ import annotations
@@ -47,7 +51,12 @@ class Card(_Strict):
     power: float | None = Field(None, ge=0, description="watts")
     energy: float | None = Field(None, ge=0, description="joules since the driver loaded")
     idle_energy: float | None = Field(
-        None, ge=0, description="joules since the agent started that no container's share took"
+        None, ge=0, description="joules since the agent started that no process's share took"
+    )
+    unattributed_energy: float | None = Field(
+        None,
+        ge=0,
+        description="joules since the agent started that the shares of processes of no pod took",
     )
     ecc_corrected: int | None = Field(None, ge=0, description="aggregate (lifetime) count")
     ecc_uncorrected: int | None = Field(None, ge=0, description="aggregate (lifetime) count")
@@ -68,7 +77,24 @@ class Device(_Strict):
     context: int = Field(0, ge=0, description="bytes")
     module: int = Field(0, ge=0, description="bytes")
     buffer: int = Field(0, ge=0, description="bytes")
-    sm_utilization: float = Field(0, ge=0, description="0-100, may exceed 100 (reported upstream)")
+    sm_utilization: float = Field(
+        0,
+        ge=0,
+        description="0-100; agents that send utilization_source clamp it to 100, older ones"
+        " send HAMi-core's sum, which can exceed 100",
+    )
+    utilization_source: Literal["hami-core", "nvml"] | None = Field(
+        None,
+        description="which reading sm_utilization is: the region's own (hami-core), or NVML's"
+        " per-process samples of the container's processes where the region has none (nvml);"
+        " None from agents that do not say",
+    )
+    stale_memory: int | None = Field(
+        None,
+        ge=0,
+        description="bytes that slots whose process is gone still hold, left out of memory_used;"
+        " None where the agent could not check",
+    )
 
 
 class Region(_Strict):

@@ -19,6 +19,7 @@ from agent.cgroups import ProcOwners
 from agent.kubelet import PodResourcesReader
 from agent.nvml import NvmlSampler
 from agent.push import Backlog, Pusher
+from agent.slots import SlotChecker
 from agent.xid import XidWatcher
 from core.tasks import owned
 from simulator.attributed import AttributedNode
@@ -62,8 +63,9 @@ async def run_attributed(
 ) -> None:
     """The real agent on a node of the NVIDIA device plugin, with its kubelet, until cancelled.
 
-    The agent attributes the node's processes through its ``/proc``, reads its
-    kubelet's PodResources over a real gRPC socket and watches its XID events.
+    The agent attributes the node's processes through its ``/proc``, checks its
+    HAMi-core slots' processes there, reads its kubelet's PodResources over a
+    real gRPC socket and watches its XID events.
     """
     nvml = NvmlSampler(node.nvml)
     nvml.start()
@@ -72,7 +74,11 @@ async def run_attributed(
         server.start()
         reader = PodResourcesReader(server.socket, nvml.device_uuid)
         xid = XidWatcher(node.nvml)
-        sampler = Sampler(node.name, [], None, nvml, ProcOwners(node.proc), reader, xid)
+        roots = [str(node.regions)]
+        slots = SlotChecker(node.proc)
+        sampler = Sampler(
+            node.name, roots, None, nvml, ProcOwners(node.proc), reader, xid, slots=slots
+        )
         try:
             async with owned(watch_xid(xid), f"xid events {node.name}"):
                 await asyncio.to_thread(xid.ready.wait, 10.0)  # the first step posts an XID

@@ -196,8 +196,10 @@ async def test_refused_for_good_is_dropped_and_the_rest_goes_on(
 
 def test_hami_agent_sample_prints_the_snapshot(tmp_path: Path) -> None:
     write_region(tmp_path / "containers" / "uid-1_cuda" / "a.cache", region_spec(["GPU-a"], 1234))
+    # --no-processes: its region's process does not run on this machine, so it would be gone
+    args = ["sample", f"--roots={tmp_path}", "--no-nvml", "--node=n1", "--no-processes"]
     result = subprocess.run(
-        [sys.executable, "-m", "agent", "sample", f"--roots={tmp_path}", "--no-nvml", "--node=n1"],
+        [sys.executable, "-m", "agent", *args],
         capture_output=True,
         text=True,
         timeout=30,

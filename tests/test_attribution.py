@@ -1,16 +1,20 @@
-"""agent.attribution: per-container usage from NVML's processes, and the energy split."""
+"""agent.attribution: per-container usage from NVML's processes, the energy split, and which
+reading gives a HAMi-core region's utilisation."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
-from agent.attribution import EnergyLedger, usage
+from agent.attribution import EnergyLedger, Utilization, usage
 from agent.cgroups import Owner
+from agent.hamicore import DeviceUsage, RegionUsage
 from agent.nvml import ProcessSample
+from agent.region_scan import RegionKey
 from core.payload import Card, ContainerUsage, Mig
 
 A = Owner("aaaaaaaa-0000-4000-8000-000000000001", "a" * 64)
@@ -233,3 +237,85 @@ def test_a_card_that_went_away_starts_over() -> None:
     ledger.split([], [])
     cards, usages = ledger.split([_card(GPU0, 50.0, 100.0)], [_use(GPU0, A, 1.0)])
     assert (cards[0].idle_energy, usages[0].energy) == (0.0, 0.0)
+
+
+def test_processes_of_no_pod_are_the_card_s_unattributed_energy() -> None:
+    ledger = EnergyLedger()
+    ledger.split([_card(GPU0, 0.0, 100.0)], [_use(GPU0, A, 1.0), _use(GPU0, None, 1.0)])
+    cards, usages = ledger.split(
+        [_card(GPU0, 100.0, 80.0)], [_use(GPU0, A, 30.0), _use(GPU0, None, 10.0)]
+    )
+    assert cards[0].unattributed_energy == pytest.approx(20.0)  # 80 J busy, a quarter the host's
+    assert _energy(usages, None) == pytest.approx(20.0)
+    # the host's processes end and come back: the card's total goes on, never back
+    cards, _ = ledger.split([_card(GPU0, 200.0, 80.0)], [_use(GPU0, A, 30.0)])
+    assert cards[0].unattributed_energy == pytest.approx(20.0)
+    cards, usages = ledger.split(
+        [_card(GPU0, 300.0, 80.0)], [_use(GPU0, A, 20.0), _use(GPU0, None, 20.0)]
+    )
+    assert cards[0].unattributed_energy == pytest.approx(60.0)
+    assert _energy(usages, None) == pytest.approx(40.0)  # the usage's own total started over
+    total = _set(cards[0].idle_energy) + _set(cards[0].unattributed_energy)
+    assert total + _energy(usages, A) == pytest.approx(300.0)  # pods + idle + unattributed
+
+
+def test_a_card_without_energy_has_no_unattributed_energy() -> None:
+    cards, _ = EnergyLedger().split([_card(GPU0, None, 50.0)], [_use(GPU0, None, 50.0)])
+    assert cards[0].unattributed_energy is None
+
+
+# --- Utilization -----------------------------------------------------------------------
+
+
+def _region(path: str, *sm: float) -> RegionUsage:
+    devices = tuple(
+        DeviceUsage(i, f"GPU-{i}", 0, 1, 0, 0, 0, value, stale_memory=0)
+        for i, value in enumerate(sm)
+    )
+    return RegionUsage(Path(path), "v1.2", devices, None, processes=1)
+
+
+KEY: RegionKey = ("pod", A.pod_uid, "main")
+
+
+def _pick(
+    utilization: Utilization,
+    region: RegionUsage,
+    usages: Sequence[ContainerUsage],
+    owners: frozenset[Owner] = frozenset({A}),
+) -> list[tuple[float, str]]:
+    picked = utilization.regions({KEY: region}, lambda key: owners, usages)
+    return [picked[(KEY, d.index)] for d in region.devices]
+
+
+def test_a_region_without_utilisation_takes_nvml_s_for_its_container() -> None:
+    utilization = Utilization()
+    nvml = [_use("GPU-0", A, 30.0), _use("GPU-0", A, 12.0), _use("GPU-0", B, 50.0)]
+    nvml.append(_use("GPU-1", A, 7.0))
+    got = _pick(utilization, _region("/r", 0.0, 0.0), nvml)
+    assert got == [(42.0, "nvml"), (7.0, "nvml")]  # B's processes are another container's
+    # processes of no known owner give nothing to take: the region's own 0 stays
+    assert _pick(utilization, _region("/r", 0.0, 0.0), nvml, frozenset()) == [
+        (0.0, "hami-core"),
+        (0.0, "hami-core"),
+    ]
+
+
+def test_once_a_region_reports_utilisation_its_own_is_used_idle_or_not() -> None:
+    utilization = Utilization()
+    nvml = [_use("GPU-0", A, 30.0)]
+    assert _pick(utilization, _region("/r", 0.0), nvml) == [(30.0, "nvml")]
+    assert _pick(utilization, _region("/r", 25.0), nvml) == [(25.0, "hami-core")]
+    assert _pick(utilization, _region("/r", 0.0), nvml) == [(0.0, "hami-core")]  # idle: its own
+    # another file (a new pod) learns afresh; a file not read in a snapshot is forgotten
+    assert _pick(utilization, _region("/s", 0.0), nvml) == [(30.0, "nvml")]
+    assert _pick(utilization, _region("/r", 0.0), nvml) == [(30.0, "nvml")]
+
+
+def test_utilisation_above_100_is_clamped_and_counted() -> None:
+    utilization = Utilization()
+    assert _pick(utilization, _region("/r", 180.0), []) == [(100.0, "hami-core")]
+    assert _pick(utilization, _region("/s", 0.0), [_use("GPU-0", A, 130.0)]) == [(100.0, "nvml")]
+    clamped = utilization.usages([_use(GPU0, A, 250.0), _use(GPU0, B, 99.0), _use(GPU0, B, None)])
+    assert [u.utilization for u in clamped] == [100.0, 99.0, None]
+    assert utilization.clamped == 3

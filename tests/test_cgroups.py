@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cgroups import MAX_BYTES, Owner, ProcOwners, owner
+from agent.cgroups import Owner, ProcOwners, owner
+from agent.procfs import MAX_BYTES
 
 UID = "0f3a6b2c-1d4e-4f5a-8b9c-0d1e2f3a4b5c"
 UID_ = UID.replace("-", "_")

@@ -1,8 +1,9 @@
 """The demo's device-plugin node, end to end: the real agent pushes, the collector serves.
 
-A whole-card pod, two pods time-sharing a card, a MIG pod and a host process
-show their series in ``/metrics`` and their usage next to their allocation in
-REST, and the card's health (an XID, clock events, energy) is there too.
+A whole-card pod, two pods time-sharing a card with a host process, a MIG pod
+and a vGPU pod with a SIGKILLed process show their series in ``/metrics`` and
+their usage next to their allocation in REST, and the card's health (an XID,
+clock events, energy) is there too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import aiohttp
 from helpers import eventually, running_demo
 
 from collector.exposition.parse import parse
-from simulator.attributed import WORKLOADS
+from simulator.attributed import VGPU, VGPU_PROCESSES, WORKLOADS
 from simulator.run import PLUGIN_NODE
 
 
@@ -32,11 +33,15 @@ async def test_every_pod_of_the_plugin_node_shows_usage_next_to_its_allocation(
                 url = f"{base}/api/v1/pods?node={PLUGIN_NODE}"
                 async with http.get(url) as response:
                     rows = (await response.json())["containers"]
-                whole = [row for row in rows if row["device_uuid"].startswith("GPU-")]
+                whole = [
+                    row
+                    for row in rows
+                    if row["device_uuid"].startswith("GPU-") and row["pod"] != VGPU.pod
+                ]
                 return (
                     all(row["memory_used_bytes"] for row in rows)
                     and all(row["cores_allocated"] == 1.0 for row in whole)
-                    and {row["pod"] for row in rows} >= {w.pod for w in WORKLOADS}
+                    and {row["pod"] for row in rows} >= {w.pod for w in (*WORKLOADS, VGPU)}
                 )
 
             await eventually(all_pods_shown, 60, "every plugin pod with usage and allocation")
@@ -48,6 +53,8 @@ async def test_every_pod_of_the_plugin_node_shows_usage_next_to_its_allocation(
             assert by_pod["llm-train"]["cores_allocated"] == 1.0
             assert by_pod["llm-train"]["energy_joules"] is not None
             assert by_pod["chat-a"]["device_uuid"] == by_pod["chat-b"]["device_uuid"]
+            # the SIGKILLed process's 6 GiB, which HAMi's monitor would add, are not counted
+            assert by_pod[VGPU.pod]["memory_used_bytes"] == sum(p.memory for p in VGPU_PROCESSES)
 
             text = b""
 
@@ -68,6 +75,9 @@ async def test_every_pod_of_the_plugin_node_shows_usage_next_to_its_allocation(
             ("hami_mig_memory_used_bytes", None),
             ("hami_host_gpu_clock_event_active", None),
             ("hami_host_gpu_energy_joules_total", None),
+            ("hami_host_gpu_unattributed_energy_joules_total", None),
+            ("hami_vgpu_stale_memory_bytes", None),
+            ("hami_container_device_utilization_source_info", None),
             ("hami_container_energy_joules_total", None),
             ("hami_container_gpu_info", "whole"),
             ("hami_container_gpu_info", "mig"),

@@ -14,6 +14,7 @@ import aiohttp
 from helpers import eventually, program, reserved_port
 
 from collector.exposition.parse import parse
+from simulator.attributed import ProcTree
 from simulator.regions import ProcSlot, RegionSpec, write_region
 from testing.fakekube import FakeKube, make_pod
 
@@ -40,6 +41,10 @@ async def test_agent_to_collector_to_metrics_and_a_replayed_outage(
         last_kernel_time=int(time.time()),
     )
     write_region(roots / "containers" / f"{UID}_cuda" / "run.cache", spec)
+    # the host's /proc, where the agent finds the slot's process (PID 1 in its container)
+    proc = ProcTree(tmp_path / "proc")
+    cgroup = f"0::/kubepods/burstable/pod{UID}/{'c' * 64}\n"
+    proc.add(4242, "python3", cgroup, nspid=(4242, 1))
     (tmp_path / "token").write_text("shared-secret\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "HAMI_"))}
     # The collector restarts at the address the agent pushes to: that port is held meanwhile.
@@ -51,6 +56,7 @@ async def test_agent_to_collector_to_metrics_and_a_replayed_outage(
         agent_args = (
             "agent", "run", f"--collector=http://127.0.0.1:{port}", "--node=node-a", f"--roots={roots}",
             "--no-nvml", "--interval=0.3", f"--token-file={tmp_path / 'token'}", "--listen=127.0.0.1:0",
+            f"--host-proc={proc.root}",
         )  # fmt: skip
         async with aiohttp.ClientSession() as http:
             await outage_and_replay(http, collector_args, agent_args, env)
@@ -96,6 +102,8 @@ async def outage_and_replay(
             == 42
         )
         assert metric(text, "hami_vgpu_memory_limit_bytes", node="node-a", pod="train-0") == 8 << 30
+        # the slot's process was found in the host's /proc: checked, nothing stale
+        assert metric(text, "hami_vgpu_stale_memory_bytes", node="node-a", pod="train-0") == 0
         collector.stop()
 
         async def waiting() -> bool:

@@ -609,10 +609,12 @@ def test_scan_file_vanishing_before_read_is_an_error_of_that_region(
     _region(tmp_path / "containers" / "pod-2_main", "a.cache", _one("GPU-2", 2))
     real_read = hamicore.read_region
 
-    def delete_then_read(path: Path | str) -> hamicore.RegionUsage:
+    def delete_then_read(
+        path: Path | str, judge: hamicore.SlotJudge | None = None
+    ) -> hamicore.RegionUsage:
         if Path(path) == doomed:
             doomed.unlink()
-        return real_read(path)
+        return real_read(path, judge)
 
     monkeypatch.setattr(hamicore, "read_region", delete_then_read)
     result = scan([tmp_path])

@@ -7,6 +7,7 @@ whatever put the pod on the card.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -244,3 +245,74 @@ def test_a_container_the_pod_watch_does_not_know_by_id_is_dropped_and_counted() 
     batch, _ = to_batch(base.model_copy(update={"processes": [stranger]}), DIRECTORY, SeriesKeys())
     assert batch.dropped == 1
     assert not [k for k in batch.series if b'pod="train"' in k]
+
+
+def test_the_agent_s_checks_become_series_of_their_own() -> None:
+    base = payload()
+    cards = [base.cards[0].model_copy(update={"unattributed_energy": 42.0}), *base.cards[1:]]
+    checked = Device(
+        index=0,
+        uuid=CARD1,
+        memory_used=4 << 30,
+        memory_limit=4 << 30,
+        sm_utilization=35.0,
+        utilization_source="nvml",
+        stale_memory=6 << 30,
+    )
+    region = base.regions[0].model_copy(update={"devices": [checked]})
+    batch, _ = to_batch(
+        base.model_copy(update={"cards": cards, "regions": [region]}), DIRECTORY, SeriesKeys()
+    )
+    got = {
+        (name, frozenset(labels)): value
+        for key, value in batch.series.items()
+        for name, labels in [parse_series(key)]
+    }
+    hami = vgpu("hami", "hami", CARD1)
+    assert got[(schema.VGPU_UTILIZATION, hami)] == 35.0  # the same series, whichever source
+    assert got[(schema.UTILIZATION_SOURCE, hami | {("source", "nvml")})] == 1
+    assert got[(schema.STALE_MEMORY, hami)] == 6 << 30
+    card0 = frozenset(labelsets.card(0, "NVIDIA H200", CARD0))
+    assert got[(schema.UNATTRIBUTED_ENERGY, card0)] == 42.0
+    # the process view's containers say their utilisation is NVML's
+    assert got[(schema.UTILIZATION_SOURCE, vgpu("share-a", "a", CARD1) | {("source", "nvml")})]
+    # and the unowned region's checks are dropped with it
+    gone = region.model_copy(update={"pod_uid": "u-gone"})
+    dropped, _ = to_batch(base.model_copy(update={"regions": [gone]}), DIRECTORY, SeriesKeys())
+    assert dropped.dropped == len(schema.VGPU_FAMILIES) + 2
+
+
+def test_an_older_agent_s_push_is_accepted_and_says_nothing_it_did_not_check() -> None:
+    """A payload as agents sent it before the checks: no field of theirs, and no series."""
+    body = {
+        "version": 1,
+        "node": NODE,
+        "agent": "old",
+        "sequence": 3,
+        "time": 1.7e9,
+        "nvml": True,
+        "cards": [
+            {"index": 0, "uuid": CARD1, "name": "NVIDIA A100", "energy": 5.0, "idle_energy": 1.0}
+        ],
+        "regions": [
+            {
+                "pod_uid": "u-hami",
+                "container": "hami",
+                "devices": [
+                    {
+                        "index": 0,
+                        "uuid": CARD1,
+                        "memory_used": 1,
+                        "memory_limit": 2,
+                        "sm_utilization": 140,
+                    }
+                ],
+            }
+        ],
+    }
+    old = Payload.model_validate_json(json.dumps(body))
+    batch, unowned = to_batch(old, DIRECTORY, SeriesKeys())
+    names = {parse_series(key)[0] for key in batch.series}
+    assert unowned == 0
+    assert schema.VGPU_UTILIZATION in names
+    assert not names & set(schema.AGENT_CHECK_FAMILIES)

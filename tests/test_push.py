@@ -19,7 +19,12 @@ from agent.app import Sampler
 from agent.nvml import NvmlSampler
 from collector.app import PUSH, STORE
 from collector.exposition.parse import parse, parse_series
-from collector.normalise.schema import NVML_VIEW_FAMILIES, VGPU_FAMILIES, SourceKind
+from collector.normalise.schema import (
+    AGENT_CHECK_FAMILIES,
+    NVML_VIEW_FAMILIES,
+    VGPU_FAMILIES,
+    SourceKind,
+)
 from collector.sources.pods import PodRef, StaticDirectory
 from collector.sources.push import SeriesKeys, to_batch
 from core.payload import Card, Device, Payload, Region
@@ -35,6 +40,7 @@ AGENT_EXTRAS = {
     "hami_host_gpu_temperature_celsius",
     "hami_host_gpu_power_usage_watts",
     *NVML_VIEW_FAMILIES,
+    *AGENT_CHECK_FAMILIES,
 }
 
 

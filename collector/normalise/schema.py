@@ -62,6 +62,32 @@ MIG_MEMORY_USED = "hami_mig_memory_used_bytes"
 MIG_MEMORY_TOTAL = "hami_mig_memory_total_bytes"
 IDLE = "hami_container_idle_seconds"
 
+# What HAMi's own monitor gets wrong and the agent checks (docs/metrics.md, "What the agent
+# corrects"): slots whose process is gone, a region without utilisation, the energy of
+# processes of no pod. Only the agent makes these.
+UNATTRIBUTED_ENERGY = "hami_host_gpu_unattributed_energy_joules_total"
+STALE_MEMORY = "hami_vgpu_stale_memory_bytes"
+UTILIZATION_SOURCE = "hami_container_device_utilization_source_info"
+AGENT_CHECKS = (
+    Family(
+        UNATTRIBUTED_ENERGY,
+        "Energy of the GPU since the agent started that the utilisation shares of processes of"
+        " no pod took, in joules",
+        "counter",
+    ),
+    Family(
+        STALE_MEMORY,
+        "vGPU device memory that HAMi-core still counts for processes that are gone, in bytes;"
+        " not in hami_vgpu_memory_used_bytes",
+    ),
+    Family(
+        UTILIZATION_SOURCE,
+        "Which reading gave the container's hami_container_device_utilization_ratio: hami-core"
+        " (its shared region) or nvml (NVML's per-process samples); value 1",
+    ),
+)
+AGENT_CHECK_FAMILIES = tuple(family.name for family in AGENT_CHECKS)
+
 FAMILIES: Mapping[str, Family] = {
     family.name: family
     for family in (
@@ -88,8 +114,9 @@ FAMILIES: Mapping[str, Family] = {
         Family(ENERGY, "Energy the GPU consumed since its driver loaded, in joules", "counter"),
         Family(
             IDLE_ENERGY,
-            "Energy of the GPU since the agent started that no container's utilisation share"
-            " took, in joules; with hami_container_energy_joules_total it sums to the card's",
+            "Energy of the GPU since the agent started that no process's utilisation share"
+            " took, in joules; with hami_container_energy_joules_total and"
+            " hami_host_gpu_unattributed_energy_joules_total it sums to the card's",
             "counter",
         ),
         Family(
@@ -108,6 +135,7 @@ FAMILIES: Mapping[str, Family] = {
         ),
         Family(MIG_MEMORY_USED, "MIG instance memory usage in bytes"),
         Family(MIG_MEMORY_TOTAL, "MIG instance memory total in bytes"),
+        *AGENT_CHECKS,
     )
 }
 

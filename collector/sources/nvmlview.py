@@ -1,4 +1,4 @@
-"""The series of NVML's wider view of a node, from an agent's push.
+"""The series of NVML's wider view of a node, and of the agent's checks, from an agent's push.
 
 Beside the card readings and HAMi-core's regions (:mod:`collector.sources.push`),
 an agent sends what NVML tells of each card's health and energy, its MIG
@@ -6,6 +6,13 @@ instances, and the processes on each device, already grouped by the pod UID and
 container ID in their cgroups. Here they become canonical series: a container's
 usage gets the very labels its allocation has (:func:`collector.normalise.labelsets.vgpu`),
 so ``used / allocated`` joins whatever put the pod on the card.
+
+What the agent checked of HAMi-core's regions becomes series of its own
+(:data:`collector.normalise.schema.AGENT_CHECKS`): the memory of slots whose
+process is gone, and which reading gave each container's utilisation. The
+source is an info series beside the utilisation, not a label of it: a
+container whose region starts reporting would otherwise begin a new
+utilisation series (DESIGN's series identity).
 
 Which source wins for a container: HAMi-core's region, where the container has
 one. HAMi-core counts the memory its library hands out, as the container's
@@ -26,7 +33,7 @@ from collector.normalise import labelsets, schema
 from collector.sources.kubelet_devices import by_container
 from collector.sources.pods import PodDirectory
 from core import clockevents
-from core.payload import Card, Payload
+from core.payload import Card, Device, Payload
 
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
@@ -34,11 +41,14 @@ Args = TypeVarTuple("Args")
 _FIXED = (
     (schema.ENERGY, ()),
     (schema.IDLE_ENERGY, ()),
+    (schema.UNATTRIBUTED_ENERGY, ()),
     (schema.ECC_ERRORS, (("type", "corrected"),)),
     (schema.ECC_ERRORS, (("type", "uncorrected"),)),
 )
 """The card's readings that are one series each, in the order :data:`_fixed` reads them."""
-_fixed = attrgetter("energy", "idle_energy", "ecc_corrected", "ecc_uncorrected")
+_fixed = attrgetter(
+    "energy", "idle_energy", "unattributed_energy", "ecc_corrected", "ecc_uncorrected"
+)
 _REASONS = tuple(reason for _, reason in clockevents.CLOCK_EVENT_REASONS)
 _Shape = tuple[
     int,
@@ -95,11 +105,16 @@ class KeyMemo:
         self.texts.sweep()
 
 
+Checked = tuple[tuple[str, str, str, int, str], Device]
+"""A region's vGPU as the push labels it (namespace, pod, container, index, UUID), and its reading."""
+
+
 def series(
-    payload: Payload, pods: PodDirectory, memo: KeyMemo
+    payload: Payload, pods: PodDirectory, memo: KeyMemo, checked: Iterable[Checked] = ()
 ) -> tuple[tuple[bytes, ...], list[float], int]:
-    """The keys and values of the payload's health, energy, MIG and process readings, and how
-    many process readings were dropped (a container the pod watch does not know by that ID).
+    """The keys and values of the payload's health, energy, MIG and process readings and of
+    the agent's checks of the ``checked`` vGPUs (those of owned regions), and how many process
+    readings were dropped (a container the pod watch does not know by that ID).
 
     No key repeats: the card's series are one per reading, the containers' summed by key.
     """
@@ -109,13 +124,29 @@ def series(
         keys += memo.cards.get(_shape(card), _card_keys)
         values += _card_values(card)
     dropped = 0
+    by_key: dict[bytes, float] = {}
     if payload.processes:
-        by_key: dict[bytes, float] = {}
         dropped = _processes(payload, pods, memo.texts, by_key)
-        keys += by_key
-        values += by_key.values()
+    _checks(checked, memo.texts, by_key)
+    keys += by_key
+    values += by_key.values()
     memo.sweep()
     return tuple(keys), values, dropped
+
+
+def checks(device: Device) -> int:
+    """How many series the agent's checks of a region's device make."""
+    return (device.stale_memory is not None) + (device.utilization_source is not None)
+
+
+def _checks(checked: Iterable[Checked], texts: Memo[bytes], out: dict[bytes, float]) -> None:
+    """Each checked vGPU's memory held by gone processes, and its utilisation's source."""
+    for ident, device in checked:
+        if device.stale_memory is not None:
+            out[_STALE + texts.get(ident, _vgpu_text)] = float(device.stale_memory)
+        if device.utilization_source is not None:
+            source = (*ident, device.utilization_source)
+            out[_SOURCE + texts.get(source, _source_text)] = 1.0
 
 
 def _shape(card: Card) -> _Shape:
@@ -185,6 +216,8 @@ _CONTAINER_READINGS = (
     (schema.CONTAINER_ENERGY.encode(), "energy"),
 )
 _UNATTRIBUTED = schema.UNATTRIBUTED_MEMORY.encode()
+_STALE = schema.STALE_MEMORY.encode()
+_SOURCE = schema.UTILIZATION_SOURCE.encode()
 
 
 def _processes(
@@ -208,9 +241,10 @@ def _processes(
             continue
         uuid = labelsets.device_uuid(usage.device)
         own = regions.get((pod.uid, container))
-        if own is not None and uuid in own:
+        index = None if own is None else own.get(uuid)
+        regioned = index is not None
+        if index is not None:
             readings: Iterable[tuple[bytes, str]] = _CONTAINER_READINGS[2:]  # HAMi-core's win
-            index = own[uuid]
         else:
             readings = _CONTAINER_READINGS
             index = _index(
@@ -226,6 +260,8 @@ def _processes(
             if value is not None:
                 key = family + text
                 out[key] = out.get(key, 0.0) + float(value)
+        if not regioned and usage.utilization is not None:
+            out[_SOURCE + texts.get((*ident, "nvml"), _source_text)] = 1.0
     for device, memory in unattributed.items():
         text = texts.get((device,), _device_text)
         out[_UNATTRIBUTED + text] = memory
@@ -234,6 +270,13 @@ def _processes(
 
 def _vgpu_text(namespace: str, pod: str, container: str, index: int, uuid: str) -> bytes:
     return labelsets.text(labelsets.vgpu(namespace, pod, container, index, uuid))
+
+
+def _source_text(
+    namespace: str, pod: str, container: str, index: int, uuid: str, source: str
+) -> bytes:
+    vgpu = labelsets.vgpu(namespace, pod, container, index, uuid)
+    return labelsets.text((*vgpu, ("source", source)))
 
 
 def _device_text(uuid: str) -> bytes:
@@ -274,6 +317,7 @@ def has_view(payload: Payload) -> bool:
     return bool(payload.processes) or any(
         card.energy is not None
         or card.idle_energy is not None
+        or card.unattributed_energy is not None
         or card.clock_events is not None
         or card.ecc_corrected is not None
         or card.ecc_uncorrected is not None

@@ -64,6 +64,7 @@ def to_batch(
     for card in payload.cards:
         cards.append((card.index, card.name, card.uuid))
         values += _card_values(card)
+    checked: list[nvmlview.Checked] = []
     unowned = dropped = 0
     node, now = payload.node, int(payload.time)
     for region in payload.regions:
@@ -71,21 +72,25 @@ def to_batch(
         if owner is None or owner[0].node != node:
             unowned += 1
             dropped += len(region.devices) * len(schema.VGPU_FAMILIES)
+            dropped += sum(map(nvmlview.checks, region.devices))
             continue
         pod, container = owner
         elapsed = None
         if region.last_kernel_time:
             elapsed = max(now - region.last_kernel_time, 0)
         for device in region.devices:
-            vgpus.append((pod.namespace, pod.name, container, device.index, device.uuid))
+            vgpu = (pod.namespace, pod.name, container, device.index, device.uuid)
+            vgpus.append(vgpu)
             values += _device_values(device)
             values.append(elapsed)
+            if nvmlview.checks(device):
+                checked.append((vgpu, device))
     keys = keys or SeriesKeys()
     flat, unique = keys.of(tuple(cards), tuple(vgpus))
     offered = len(values) - values.count(None)
     series: Mapping[bytes, float]
-    if nvmlview.has_view(payload):
-        view_keys, view_values, unknown = nvmlview.series(payload, pods, keys.view)
+    if checked or nvmlview.has_view(payload):
+        view_keys, view_values, unknown = nvmlview.series(payload, pods, keys.view, checked)
         flat, unique = keys.joined(flat, unique, view_keys)
         values += view_values
         offered += len(view_values)
