@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -20,7 +21,8 @@ texts = st.text(st.characters(codec="utf-8"), max_size=6)
 label_sets = st.lists(st.tuples(st.from_regex(r"[a-z_]{1,4}", fullmatch=True), texts), max_size=3)
 values = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0.0, -0.0, 1e21, 1e-7, 123456789.0, math.nan]),
+    st.integers(-(2**54), 2**54).map(float),  # whole numbers: the compiled digits' path
+    st.sampled_from([0.0, -0.0, 1e21, 1e-7, 123456789.0, math.nan, 2.0**53, 2.0**53 - 1]),
 )
 
 
@@ -89,3 +91,35 @@ def test_each_point_is_found_among_the_distinct_values(
     distinct, which = promjson._distinct(bits)
     assert np.array_equal(distinct, np.unique(bits))
     assert np.array_equal(distinct[which], bits)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        9.0,
+        10.0,
+        99.0,
+        100.0,
+        2.0**53 - 1,
+        -(2.0**53 - 1),
+        2.0**53,
+        2.0**63,
+        1e21,
+        0.5,
+        -2.5,
+        1e-7,
+        math.nan,
+        math.inf,
+        -math.inf,
+        81559.0 * 2**20,
+    ],
+)
+def test_each_value_is_written_as_go_writes_it(value: float) -> None:
+    """Whole numbers through the compiled digits, the rest formatted: Go's text either way."""
+    texts, starts = promjson._texts(np.array([value, 3.0, value]))
+    written = [texts[a:b].tobytes().decode() for a, b in itertools.pairwise(starts)]
+    assert written == [format_float(value), "3", format_float(value)]

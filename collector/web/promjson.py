@@ -31,8 +31,12 @@ _HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 _TAIL = b"]}}"
 _HEAD_BYTES = np.frombuffer(_HEAD, dtype=np.uint8)
 _TAIL_BYTES = np.frombuffer(_TAIL, dtype=np.uint8)
-_NOWHERE = np.empty(0, dtype=np.uint8)
-"""Where :func:`_laid` only counts."""
+_MORE, _ENDS = b'"],', b'"]]},'
+"""What follows a value: another point of the series, or the series' end."""
+_MORE_BYTES = np.frombuffer(_MORE, dtype=np.uint8)
+_ENDS_BYTES = np.frombuffer(_ENDS, dtype=np.uint8)
+_EXACT = 2.0**53
+"""Below it in magnitude every whole float is an integer, and Go writes its digits."""
 
 
 def matrix_body(answer: MatrixColumns) -> bytes:
@@ -40,22 +44,40 @@ def matrix_body(answer: MatrixColumns) -> bytes:
     if not answer.present.any():
         return _HEAD + _TAIL
     bits, which = _distinct(answer.values[answer.present].view(np.uint64))
-    values = [format_float(v).encode() + b'"]' for v in bits.view(np.float64).tolist()]
     steps = [b"[" + json.dumps(t).encode() + b',"' for t in (answer.at_ms / 1000).tolist()]
+    openings = _openings(answer)
     # each step's piece; each value's followed by another point, then ending a series;
     # each series' opening
-    pieces = [*steps, *(v + b"," for v in values), *(v + b"]}," for v in values)]
-    pieces += _openings(answer)
-    starts = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=starts[1:])
-    blob = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-    laid = (answer.present, which, blob, starts, len(steps), len(values))
-    size = _laid(*laid, _NOWHERE)
-    body = np.empty(len(_HEAD) + size - 1 + len(_TAIL), dtype=np.uint8)
+    texts, text_starts = _texts(bits.view(np.float64))
+    outer = [*steps, *openings]
+    lengths = np.fromiter(map(len, outer), np.int64, len(outer))
+    widths = np.diff(text_starts)
+    starts = np.zeros(len(outer) + 2 * bits.size + 1, dtype=np.int64)
+    pieces = np.concatenate(
+        (lengths[: len(steps)], widths + len(_MORE), widths + len(_ENDS), lengths[len(steps) :])
+    )
+    np.cumsum(pieces, out=starts[1:])
+    values = np.empty(int(widths.sum()) * 2 + bits.size * (len(_MORE) + len(_ENDS)), np.uint8)
+    _suffixed(texts, text_starts, _MORE_BYTES, _ENDS_BYTES, values)
+    steps_blob, openings_blob = b"".join(steps), b"".join(openings)
+    blob = np.concatenate(
+        (
+            np.frombuffer(steps_blob, dtype=np.uint8),
+            values,
+            np.frombuffer(openings_blob, dtype=np.uint8),
+        )
+    )
+    # room for the longest step's and value's pieces at every point, and every opening:
+    # one pass lays the body (counting it first took as long as laying it)
+    most = int(pieces[: len(steps)].max()) + int(
+        pieces[len(steps) : len(steps) + 2 * bits.size].max()
+    )
+    room = len(which) * most + int(pieces[len(steps) + 2 * bits.size :].sum())
+    body = np.empty(len(_HEAD) + room + len(_TAIL), dtype=np.uint8)
     body[: len(_HEAD)] = _HEAD_BYTES
-    _laid(*laid, body[len(_HEAD) : len(_HEAD) + size])
-    body[len(_HEAD) + size - 1 :] = _TAIL_BYTES  # over the last series' comma
-    return body.tobytes()
+    size = _laid(answer.present, which, blob, starts, len(steps), bits.size, body[len(_HEAD) :])
+    body[len(_HEAD) + size - 1 : len(_HEAD) + size - 1 + len(_TAIL)] = _TAIL_BYTES
+    return body[: len(_HEAD) + size - 1 + len(_TAIL)].tobytes()  # over the last series' comma
 
 
 @compiled
@@ -68,9 +90,9 @@ def _laid(
     values: int,
     out: npt.NDArray[np.uint8],
 ) -> int:
-    """Copy into ``out`` (unless it is empty) per series its opening, then per point its
-    step's piece and its value's (``which``: the points' values, row by row), the last
-    of a series ending it; the bytes laid.
+    """Copy into ``out`` per series its opening, then per point its step's piece and its
+    value's (``which``: the points' values, row by row), the last of a series ending it;
+    the bytes laid.
 
     ``blob[starts[i]:starts[i + 1]]`` is piece ``i``: the ``steps`` steps' first,
     then the ``values`` values' followed by a point, then the same ending a
@@ -98,10 +120,99 @@ def _put(
     blob: npt.NDArray[np.uint8], starts: IntArray, piece: int, out: npt.NDArray[np.uint8], at: int
 ) -> int:
     lo, hi = starts[piece], starts[piece + 1]
-    if out.size:
-        for b in range(lo, hi):
-            out[at + b - lo] = blob[b]
+    for b in range(lo, hi):
+        out[at + b - lo] = blob[b]
     return int(at + hi - lo)
+
+
+def _texts(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.uint8], IntArray]:
+    """Each value as Go's ``strconv.FormatFloat(v, 'f', -1, 64)`` writes it, laid end to end:
+    value ``i``'s text is ``texts[starts[i]:starts[i + 1]]``.
+
+    Why two ways: a whole number below 2**53 is its integer's digits, which a compiled
+    loop writes (memory in bytes: 32,627 distinct values in the answer of 640 cards'
+    ``max_over_time`` over 5 minutes at step 1 s took 37 ms in Python, 0.6 ms here);
+    every other value (fractions, -0, huge, NaN, infinities) is formatted in Python.
+    """
+    whole = (np.floor(values) == values) & (np.abs(values) < _EXACT)
+    whole &= ~((values == 0) & np.signbit(values))  # -0: Go writes "-0"
+    others = np.flatnonzero(~whole)
+    formatted = [format_float(v).encode() for v in values[others].tolist()]
+    lengths = np.zeros(values.size, dtype=np.int64)
+    lengths[others] = np.fromiter(map(len, formatted), np.int64, len(formatted))
+    _digit_counts(values, whole, lengths)
+    starts = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    texts = np.empty(int(starts[-1]), dtype=np.uint8)
+    _digits(values, whole, starts, texts)
+    if formatted:
+        joined = np.frombuffer(b"".join(formatted), dtype=np.uint8)
+        _scattered(joined, others, starts, texts)
+    return texts, starts
+
+
+@compiled
+def _digit_counts(values: npt.NDArray[np.float64], whole: BoolArray, out: IntArray) -> None:
+    """The length of each whole value's text (its sign and digits) into ``out``."""
+    for i in range(values.size):
+        if whole[i]:
+            n = int(abs(values[i]))
+            count = 1 if values[i] >= 0 else 2
+            while n >= 10:
+                n //= 10
+                count += 1
+            out[i] = count
+
+
+@compiled
+def _digits(
+    values: npt.NDArray[np.float64], whole: BoolArray, starts: IntArray, out: npt.NDArray[np.uint8]
+) -> None:
+    """Write each whole value's sign and digits at its start in ``out``."""
+    for i in range(values.size):
+        if whole[i]:
+            n = int(abs(values[i]))
+            at = starts[i + 1] - 1
+            while True:
+                out[at] = 48 + n % 10
+                n //= 10
+                at -= 1
+                if n == 0:
+                    break
+            if values[i] < 0:
+                out[starts[i]] = 45
+
+
+@compiled
+def _scattered(
+    joined: npt.NDArray[np.uint8], which: IntArray, starts: IntArray, out: npt.NDArray[np.uint8]
+) -> None:
+    """Copy the texts laid end to end in ``joined`` to the places of values ``which``."""
+    at = 0
+    for i in which:
+        for b in range(starts[i], starts[i + 1]):
+            out[b] = joined[at]
+            at += 1
+
+
+@compiled
+def _suffixed(
+    texts: npt.NDArray[np.uint8],
+    starts: IntArray,
+    more: npt.NDArray[np.uint8],
+    ends: npt.NDArray[np.uint8],
+    out: npt.NDArray[np.uint8],
+) -> None:
+    """Each value's text followed by ``more``, then each followed by ``ends``, into ``out``."""
+    at = 0
+    for suffix in (more, ends):
+        for i in range(starts.size - 1):
+            for b in range(starts[i], starts[i + 1]):
+                out[at] = texts[b]
+                at += 1
+            for b in range(suffix.size):
+                out[at] = suffix[b]
+                at += 1
 
 
 def _distinct(bits: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint64], IntArray]:
