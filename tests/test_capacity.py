@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import eventually, running_collector
+from helpers import eventually, running_collector, running_demo
 
 from agent.app import Sampler
 from agent.nvml import NvmlSampler
@@ -404,3 +404,23 @@ async def test_the_collector_reads_the_cluster_s_nodes(fake: FakeKube, kubeconfi
         assert set(found[schema.HEALTHY].values()) == {1.0}
     nodes_listed = [path for path, _ in fake.requests if path == "/api/v1/nodes"]
     assert nodes_listed, "the collector watched the Nodes"
+
+
+# -- the demo: every card's total is known ---------------------------------------------------
+
+
+async def test_the_demo_knows_every_card_s_memory_total(tmp_path: Path) -> None:
+    """Four monitored nodes (HAMi v2.10, legacy HAMi, Volcano, KAI), one with an agent, the
+    HAMi-DRA and device-plugin nodes with agents: every node's total covers all its cards."""
+    async with running_demo(tmp_path, 4, 1.0) as (served, _), aiohttp.ClientSession() as http:
+
+        async def every_total() -> bool:
+            async with http.get(f"{served}/api/v1/nodes") as resp:
+                nodes = (await resp.json())["nodes"]
+            return len(nodes) == 7 and all(n["memory_total_bytes"] for n in nodes)
+
+        await eventually(every_total, 60, "a memory total on every node of the demo")
+        oversubscribed = await metrics_of(http, served, "gpu-node-001")
+    ratios = oversubscribed[schema.MEMORY_OVERSUBSCRIPTION]
+    assert len(ratios) == 8
+    assert all(1.49 < ratio <= 1.5 for ratio in ratios.values())
