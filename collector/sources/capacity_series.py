@@ -40,6 +40,11 @@ _CARD_KEYS = (
 )
 """Families whose series name every card a monitor or agent reports, the total first."""
 
+_Found = tuple[Labels, bytes | None, int]
+"""A card's labels in a batch, and the key and place of its total there (None: no total)."""
+_Scanned = tuple[object, dict[str, _Found]]
+"""What a batch's keys (the object they were read from) say of each card, by ``device_uuid``."""
+
 
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
@@ -164,8 +169,8 @@ class CardIndex:
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[object, dict[str, tuple[Labels, bytes | None, int]]]] = {}
-        self._used: dict[str, tuple[object, dict[str, tuple[Labels, bytes | None, int]]]] = {}
+        self._known: dict[str, _Scanned] = {}
+        self._used: dict[str, _Scanned] = {}
 
     def of(self, view: NodeView | None, own: str) -> dict[str, ReportedCard]:
         """The node's reported cards: the first ranked source's labels of each, preferring
@@ -201,9 +206,9 @@ class CardIndex:
         }
 
 
-def _scan(series: Mapping[bytes, float]) -> dict[str, tuple[Labels, bytes | None, int]]:
+def _scan(series: Mapping[bytes, float]) -> dict[str, _Found]:
     """Each card's labels, and the key and place of its total if it has one."""
-    found: dict[str, tuple[Labels, bytes | None, int]] = {}
+    found: dict[str, _Found] = {}
     for place, key in enumerate(series):
         total = key.startswith(_CARD_KEYS[0])
         if not total and not key.startswith(_CARD_KEYS[1]):
