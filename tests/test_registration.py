@@ -3,7 +3,7 @@
 The examples are those of the upstream sources, verbatim (some UUIDs shortened with "…", as
 they are quoted): HAMi's ``pkg/device/devices.go`` (``EncodeNodeDevices``, the colon form
 of 2.4 to 2.7; ``MarshalNodeDevices``, the JSON of 2.8+ whose ``DeviceInfo`` keys are all
-``omitempty``), HAMi's ``docs/develop/protocol.md`` (the 2.4 / 4pd form), HAMi v2.10's
+``omitempty``), the protocol page of HAMi's developer docs (the 2.4 / 4pd form), HAMi v2.10's
 ``pkg/device/nvidia/device_test.go`` (a MIG entry), Project-HAMi/volcano-vgpu-device-plugin's
 ``pkg/util/util.go`` (``EncodeNodeDevices``) and NVIDIA k8s-device-plugin's
 ``internal/lm/resource.go`` (GPU Feature Discovery's labels). The edge cases follow the
