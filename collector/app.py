@@ -49,9 +49,11 @@ from collector.remote.writer import RemoteConfig, RemoteWriter, remote_writing
 from collector.selfmetrics import SelfHistory, SelfMetrics
 from collector.settings import CollectorSettings
 from collector.sources.allocation_series import AllocationConfig, AllocationSource
+from collector.sources.capacity_series import CapacityConfig, CapacitySource
 from collector.sources.files import FileDiscovery, load_targets
 from collector.sources.kubelet_devices import Assignments
 from collector.sources.kubernetes import KubernetesDiscovery, Timeouts
+from collector.sources.nodes import KubernetesNodes, NodeDirectory
 from collector.sources.pods import KubernetesDirectory, PodDirectory, StaticDirectory
 from collector.sources.push import PushConfig, PushReceiver
 from collector.sources.scrape import ScrapeConfig, ScrapeLoop, ScrapeManager
@@ -102,12 +104,14 @@ def build_app(
     settings: CollectorSettings,
     pods: PodDirectory | None = None,
     web_config: WebConfig | None = None,
+    registrations: NodeDirectory | None = None,
 ) -> web.Application:
     """Make the collector's application; nothing runs until aiohttp starts it.
 
-    ``pods`` attributes pushed regions without Kubernetes (the demo's simulated
-    cluster); with Kubernetes the collector watches pods itself. ``web_config``
-    (``--web-config-file``) adds basic auth, client SAN checks and response headers.
+    ``pods`` attributes pushed regions and ``registrations`` names cards without
+    Kubernetes (the demo's simulated cluster); with Kubernetes the collector
+    watches pods and nodes itself. ``web_config`` (``--web-config-file``) adds
+    basic auth, client SAN checks and response headers.
     """
     store = Store(
         settings.stale_seconds, History(settings.history_retention, settings.history_max_points)
@@ -145,7 +149,7 @@ def build_app(
     app.cleanup_ctx.append(_fewer_full_collections)
     app.cleanup_ctx.append(_remote_write)  # first in, last out: flushes after sources stop
     app.cleanup_ctx.append(_scraping)
-    app.cleanup_ctx.append(_sources(pods))
+    app.cleanup_ctx.append(_sources(pods, registrations))
     app.cleanup_ctx.append(_housekeeping)
     app.cleanup_ctx.append(_warming)
     app.router.add_get("/metrics", page.handle)
@@ -298,7 +302,8 @@ async def _push(request: web.Request) -> web.Response:
 
 def _priorities(settings: CollectorSettings) -> dict[SourceKind, int]:
     ranks = {SourceKind(kind): rank for rank, kind in enumerate(settings.priority)}
-    return ranks | {SourceKind.ALLOCATION: len(ranks)}  # the pod watch's stand-ins lose to all
+    # the pod watch's stand-ins lose to all, the node watch's registered totals to them too
+    return ranks | {SourceKind.ALLOCATION: len(ranks), SourceKind.REGISTRATION: len(ranks) + 1}
 
 
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
@@ -342,13 +347,14 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
 
 
 def _sources(
-    static_pods: PodDirectory | None,
+    static_pods: PodDirectory | None, static_nodes: NodeDirectory | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
-    """Discovery (file, Kubernetes), the pod directory and the push receiver."""
+    """Discovery (file, Kubernetes), the pod and node directories and the push receiver."""
 
     async def sources(app: web.Application) -> AsyncIterator[None]:
         settings, manager, tasks, synced = app[SETTINGS], app[SCRAPER], app[TASKS], app[SYNCED]
         pods: PodDirectory = static_pods or StaticDirectory({}, {})
+        nodes = static_nodes
         async with contextlib.AsyncExitStack() as stack:
             if settings.targets_file is not None:
                 _check_targets_file(settings.targets_file)
@@ -378,6 +384,11 @@ def _sources(
                     client.CoreV1Api(api_client), client.ResourceV1Api(api_client), timeouts
                 )
                 pods = directory
+                if settings.capacity:  # not a condition of readiness: capacity is optional
+                    watched = KubernetesNodes(client.CoreV1Api(api_client), timeouts)
+                    app[DISCOVERY].append(lambda: [watched.status()])
+                    await stack.enter_async_context(tasks.running("node watch", watched.run))
+                    nodes = watched
             reviews = None
             if api_client is not None:  # one cache of reviews: pushes', reads' and sign-ins'
                 reviews = Reviews(
@@ -407,6 +418,17 @@ def _sources(
                     assignments=assignments,
                 )
                 await stack.enter_async_context(tasks.running("allocations", allocations.run))
+            if settings.capacity and nodes is not None:
+                capacity = CapacitySource(
+                    nodes,
+                    app[STORE],
+                    CapacityConfig(
+                        settings.interval, _priorities(settings)[SourceKind.REGISTRATION]
+                    ),
+                    app[METRICS].registration_malformed,
+                    settings.shard.holds,
+                )
+                await stack.enter_async_context(tasks.running("capacity", capacity.run))
             config = PushConfig(
                 settings.push_body_limit,
                 settings.push_max_inflight,

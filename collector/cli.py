@@ -53,6 +53,7 @@ GROUPS = {
         "kube_request_timeout",
         "kube_watch_timeout",
         "allocations",
+        "capacity",
     ),
     "scraping": (
         "interval",

@@ -26,6 +26,7 @@ from collector.exposition.render import format_value, render_header
 from collector.normalise import labelsets
 from collector.normalise.allocation import REASONS
 from collector.normalise.batch import Batch, Source
+from collector.normalise.registration import REASONS as REGISTRATION_REASONS
 from collector.normalise.schema import Flavour
 from collector.store.latest import Store
 from collector.tsdb.history import History
@@ -136,6 +137,15 @@ class SelfMetrics:
         )
         for reason in REASONS:  # every reason at 0 from the start, so rate() sees the first
             self.allocation_errors.labels(reason)
+        self.registration_errors = Counter(
+            _PREFIX + "registration_errors",
+            "Nodes whose GPU record (register annotation or GPU Feature Discovery labels) could"
+            " not be read in part (left out), by reason; once per node while it stays so.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REGISTRATION_REASONS:
+            self.registration_errors.labels(reason)
         self.warmup = Gauge(
             _PREFIX + "warmup_seconds",
             "Seconds the query engine took after start to compile its loops (0 until done).",
@@ -225,6 +235,11 @@ class SelfMetrics:
     def allocation_malformed(self, reason: str) -> None:
         """Count a part of a pod's allocation left out; ``reason`` is one of ``REASONS``."""
         self.allocation_errors.labels(reason).inc()
+
+    @_records
+    def registration_malformed(self, reason: str) -> None:
+        """Count a node's GPU record read in part; ``reason`` is one of the registration's."""
+        self.registration_errors.labels(reason).inc()
 
     def _accepted(self, batch: Batch) -> None:
         # most batches have none of these: an increment takes the counter's lock

@@ -70,6 +70,10 @@ class CollectorSettings(FileSettings):
         True,
         description="Serve each pod's GPU allocation and idle time, read from the pod watch.",
     )
+    capacity: bool = Field(
+        True,
+        description="Serve each card's registered memory, split count and health, read from a watch of the Nodes.",
+    )
     interval: float = Field(15.0, gt=0, description="Seconds between two scrapes of a target.")
     timeout: float = Field(
         10.0,

@@ -25,6 +25,7 @@ from multidict import MultiDict
 from agent.hamicore import RegionError, read_region
 from collector.app import build_app
 from collector.normalise.bodies import Normaliser
+from collector.normalise.registration import GFD_MEMORY, HAMI_REGISTER, VOLCANO_REGISTER, capacity
 from collector.promql.params import parse_duration, parse_time
 from collector.promql.query import prepare_instant
 from collector.promql.values import QueryError
@@ -37,6 +38,7 @@ from fuzz.tenant_promql import seeds as _tenant_promql_seeds
 from fuzz.tenant_promql import tenant_promql
 from simulator.cluster import build_cluster
 from simulator.families import MONITORS
+from simulator.node_objects import node_object
 from simulator.regions import ProcSlot, RegionSpec, pack
 
 BODY_LIMIT = 1 << 20
@@ -115,6 +117,36 @@ def _targets_seeds() -> list[bytes]:
         json.dumps([group]).encode(),
         b"- targets: ['10.0.0.2:9394']\n  labels: {node: gpu-2, __scheme__: https}\n",
     ]
+
+
+_RECORDS = (HAMI_REGISTER[0], HAMI_REGISTER[1], VOLCANO_REGISTER)
+
+
+def node_record(data: bytes) -> bool:
+    """A Node's GPU record: the first byte picks the annotation (HAMi's, its old name,
+    Volcano's) or GPU Feature Discovery's memory label; accepted when read whole."""
+    pick, text = (data[0] % 4, data[1:].decode("utf-8", "replace")) if data else (0, "")
+    meta: dict[str, object] = {"name": "fuzz", "annotations": {}, "labels": {}}
+    if pick < len(_RECORDS):
+        meta["annotations"] = {_RECORDS[pick]: text}
+    else:
+        meta["labels"] = {GFD_MEMORY: text}
+    allocatable = {"nvidia.com/gpu": "8", "volcano.sh/vgpu-number": "8"}
+    found = capacity({"metadata": meta, "status": {"allocatable": allocatable}})
+    return found is not None and not found.problems
+
+
+def _node_record_seeds() -> list[bytes]:
+    nodes = build_cluster(len(MONITORS), seed=1, cards=2, allocations_per_node=1, start_time=1e9)
+    seeds = []
+    for node in nodes:
+        meta = node_object(node)["metadata"]
+        for pick, key in enumerate(_RECORDS):
+            if key in meta["annotations"]:
+                seeds.append(bytes([pick]) + meta["annotations"][key].encode())
+        if GFD_MEMORY in meta["labels"]:
+            seeds.append(b"\x03" + meta["labels"][GFD_MEMORY].encode())
+    return seeds
 
 
 _HISTORY = History(clock=lambda: 1_000.0)
@@ -288,6 +320,7 @@ SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "tenant_promql": _tenant_promql_seeds,
     "rest_params": _rest_seeds,
     "push": _push_seeds,
+    "node_record": _node_record_seeds,
 }
 """Every target by name, with its seeds."""
 
@@ -304,5 +337,6 @@ def target(name: str) -> tuple[Callable[[bytes], bool], Callable[[], None]]:
         "promql": promql,
         "tenant_promql": tenant_promql,
         "rest_params": rest_params,
+        "node_record": node_record,
     }
     return plain[name], lambda: None

@@ -53,6 +53,9 @@ class SimulatedNode:
         self.cards: list[Card] = list(cards)
         self.allocations: list[Allocation] = list(allocations)
         self.seed = seed
+        self.memory_scaling = 1.0
+        """HAMi's ``deviceMemoryScaling`` here: its plugin registers this many times each card's
+        memory on the Node (:mod:`simulator.node_objects`); above 1 oversubscribes."""
         self.revision = 0
         """Bumped whenever the node's state changes; lets servers cache renderings."""
         self._weird_labels = False

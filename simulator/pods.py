@@ -8,8 +8,10 @@ ResourceClaim per container (with the nodes' ResourceSlices) on HAMi-DRA
 nodes. Every node also holds one *fresh* pod: bound and allocated, but it has
 not launched a kernel yet, so no monitor or agent reports it.
 
-The demo's directory reads these objects through the collector's own parser,
-and the tests load them into the fake API server.
+The nodes themselves are Node objects with their schedulers' records
+(:mod:`simulator.node_objects`). The demo's directory reads these objects
+through the collector's own parser, and the tests load them into the fake API
+server.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from simulator.devices import Allocation
 from simulator.node import SimulatedNode
+from simulator.node_objects import cluster_nodes
 from simulator.workload import MIB
 
 JSON = dict[str, Any]
@@ -34,11 +37,12 @@ FRESH_CONTAINER = "cuda"
 
 @dataclass
 class Objects:
-    """Pods, ResourceClaims and ResourceSlices, as the API serves them."""
+    """Pods, ResourceClaims, ResourceSlices and Nodes, as the API serves them."""
 
     pods: list[JSON] = field(default_factory=list)
     claims: list[JSON] = field(default_factory=list)
     slices: list[JSON] = field(default_factory=list)
+    nodes: list[JSON] = field(default_factory=list)
 
 
 def cores_percent(allocation: Allocation) -> int:
@@ -79,8 +83,9 @@ def cluster_objects(
     born: Callable[[str], float],
     claim_uid: Callable[[str, str], str],
 ) -> Objects:
-    """Every simulated pod (fresh ones included), claim and slice; ``born(uid)`` is a pod's start."""
-    out = Objects()
+    """Every simulated pod (fresh ones included), claim, slice and node; ``born(uid)`` is a
+    pod's start."""
+    out = Objects(nodes=cluster_nodes(nodes, dra))
     for node in nodes:
         by_pod: dict[str, list[Allocation]] = {}
         for a in node.allocations:

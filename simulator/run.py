@@ -4,7 +4,10 @@ Simulated monitors of every flavour serve on loopback addresses, and a file_sd
 targets file points the real collector at them, as an operator's would. Node
 agents (the real agent code on simulated region files and a simulated NVML) push
 for two HAMi-DRA nodes, which have no monitor at all, and for the first HAMi
-node, where their readings outrank the monitor's.
+node, where their readings outrank the monitor's. Every HAMi and Volcano node
+registers its cards on its Node object, and every KAI node carries GPU Feature
+Discovery's labels (:mod:`simulator.node_objects`), as the collector's node
+watch would read them; the first HAMi node oversubscribes its memory.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from aiohttp import web
 from collector.app import build_app
 from collector.normalise.schema import Flavour
 from collector.settings import CollectorSettings
+from collector.sources.nodes import StaticNodes
 from core import logs
 from core.settings import parse_listen
 from core.tasks import owned
@@ -32,6 +36,7 @@ from simulator.cluster import build_cluster
 from simulator.families import MONITORS
 from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
+from simulator.node_objects import cluster_nodes
 from simulator.workload import full_pod
 
 DRA_NODES = 2
@@ -113,6 +118,7 @@ def demo_app(
     cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=MONITORS)
     monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
     monitored[0].keep(full_pod(1, monitored[0].name, card=0))  # HamiVGPUMemoryNearLimit fires
+    monitored[0].memory_scaling = 1.5  # oversubscribed: registers more than NVML's total
     flaky = monitored[-1].name if nodes > 1 else None
     agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]
     base = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
@@ -130,7 +136,8 @@ def demo_app(
     )
     plugin = AttributedNode(PLUGIN_NODE, folder / "agents" / PLUGIN_NODE / "proc", seed=1)
     directory = SimulatedDirectory(cluster, dra=[n.name for n in dra_nodes], attributed=[plugin])
-    app = build_app(settings, directory)
+    registered = StaticNodes.of(cluster_nodes(cluster, [n.name for n in dra_nodes]))
+    app = build_app(settings, directory, registrations=registered)
     app.cleanup_ctx.insert(0, farm_context(monitored, targets_file, flaky))
     app.cleanup_ctx.append(agents_context(agents, folder / "agents", base, token, interval))
     app.cleanup_ctx.append(attributed_context(plugin, base, token, interval))
@@ -141,6 +148,7 @@ def demo_app(
         f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}",
         f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name},"
         f" {PLUGIN_NODE} (NVIDIA device plugin: a whole card, time-sharing, MIG, a host process)",
+        f"Oversubscribed: {monitored[0].name} registers 1.5 times its cards' memory",
         f"Scrape target (whole cluster): {base}/metrics",
         f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)",
         f"Chargeback: {base}/api/v1/usage?by=namespace  ({base}/api/v1/usage?format=csv)",

@@ -4,8 +4,8 @@ Why a real HTTP server rather than mocks: the discovery code talks to Kubernetes
 kubernetes_asyncio, whose watch machinery (chunked newline-delimited JSON, ERROR events,
 410 handling, request timeouts, stream end on server close) is exactly what we need to
 exercise. Mocking the client would test our assumptions about the library instead of
-the library itself. Served: list/watch of pods, of ResourceClaims and of (cluster-scoped)
-ResourceSlices (resource.k8s.io/v1), TokenReviews of bound service-account tokens and of
+the library itself. Served: list/watch of pods, of (cluster-scoped) Nodes, of ResourceClaims
+and of (cluster-scoped) ResourceSlices (resource.k8s.io/v1), TokenReviews of bound service-account tokens and of
 readers' tokens, and SubjectAccessReviews decided from the rules a test grants; only on
 loopback, every wait bounded.
 """
@@ -86,18 +86,27 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class _Kind:
-    """A served resource: its collection URL is ``{prefix}[/namespaces/{ns}]/{plural}``."""
+    """A served resource: its collection URL is ``{prefix}[/namespaces/{ns}]/{plural}``, the
+    namespaced form only for a namespaced kind."""
 
     kind: str
     api_version: str
     plural: str
     prefix: str
+    namespaced: bool = True
 
 
 PODS = _Kind("Pod", "v1", "pods", "/api/v1")
+NODES = _Kind("Node", "v1", "nodes", "/api/v1", namespaced=False)
 CLAIMS = _Kind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", "/apis/resource.k8s.io/v1")
-SLICES = _Kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", "/apis/resource.k8s.io/v1")
-_KINDS = {k.plural: k for k in (PODS, CLAIMS, SLICES)}
+SLICES = _Kind(
+    "ResourceSlice",
+    "resource.k8s.io/v1",
+    "resourceslices",
+    "/apis/resource.k8s.io/v1",
+    namespaced=False,
+)
+_KINDS = {k.plural: k for k in (PODS, NODES, CLAIMS, SLICES)}
 _DISCOVERY = {  # group version -> (plural, kind, namespaced, verbs) of /apis/{group}/{version}
     CLAIMS.api_version: [
         (CLAIMS.plural, CLAIMS.kind, True, ["get", "list", "watch"]),
@@ -158,6 +167,33 @@ def make_pod(
         | {"labels": dict(labels or {}), "resourceVersion": "", "creationTimestamp": _T0},
         "spec": {"nodeName": node, "containers": copy.deepcopy(containers)},
         "status": status,
+    }
+
+
+def make_node(
+    name: str,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    allocatable: Mapping[str, str] | None = None,
+    uid: str | None = None,
+) -> JSON:
+    """Build a Node in the JSON shape the apiserver returns: cluster-scoped, with the
+    kubelet's ``status.allocatable`` (quantities as strings) and a Ready condition.
+    resourceVersion is stamped by FakeKube.add_node."""
+    resources = {"cpu": "16", "memory": "131811412Ki", "pods": "110"} | dict(allocatable or {})
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "uid": uid or str(uuid.uuid4())}
+        | {"labels": {"kubernetes.io/hostname": name} | dict(labels or {})}
+        | {"annotations": dict(annotations or {}), "resourceVersion": ""}
+        | {"creationTimestamp": _T0},
+        "spec": {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
     }
 
 
@@ -256,7 +292,7 @@ class _Watch:
 
 
 class FakeKube:
-    """In-process fake kube-apiserver: list/watch of pods and claims, TokenReviews.
+    """In-process fake kube-apiserver: list/watch of pods, nodes, claims and slices, TokenReviews.
 
     Every kind shares one resourceVersion counter, one history and one compaction
     point, as they share etcd on a real cluster.
@@ -294,9 +330,10 @@ class FakeKube:
         app.router.add_get("/version", self._version)
         for k in _KINDS.values():
             app.router.add_get(f"{k.prefix}/{{plural:{k.plural}}}", self._collection)
-            app.router.add_get(
-                f"{k.prefix}/namespaces/{{ns}}/{{plural:{k.plural}}}", self._collection
-            )
+            if k.namespaced:
+                app.router.add_get(
+                    f"{k.prefix}/namespaces/{{ns}}/{{plural:{k.plural}}}", self._collection
+                )
         app.router.add_get("/apis/{group}/{version}", self._resources)
         app.router.add_get("/apis/{group}/{version}/", self._resources)  # the client's form
         app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
@@ -374,6 +411,18 @@ class FakeKube:
     def delete_pod(self, namespace: str, name: str) -> JSON:
         """Delete a pod; returns its final state."""
         return self._record(PODS, self._objects[PODS][namespace, name], None)
+
+    def add_node(self, node: JSON) -> JSON:
+        """Create a Node; returns the stored copy with its resourceVersion."""
+        return self._add(NODES, node)
+
+    def modify_node(self, node: JSON) -> JSON:
+        """Replace an existing Node (by name)."""
+        return self._record(NODES, self._objects[NODES][_key(node)], node)
+
+    def delete_node(self, name: str) -> JSON:
+        """Delete a Node; returns its final state."""
+        return self._record(NODES, self._objects[NODES]["", name], None)
 
     def add_claim(self, claim: JSON) -> JSON:
         """Create a ResourceClaim; returns the stored copy with its resourceVersion."""

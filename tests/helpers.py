@@ -28,6 +28,7 @@ from aiohttp import web
 
 from collector.app import build_app
 from collector.settings import CollectorSettings
+from collector.sources.nodes import NodeDirectory
 from collector.sources.pods import PodDirectory
 from simulator.monitors import MonitorFarm
 from simulator.run import demo_app, write_targets
@@ -95,11 +96,13 @@ async def running_demo(
 async def running_collector(**overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
     """Start the collector with settings ``overrides`` on a loopback port; yield its URL and app.
 
-    ``pods=`` (a PodDirectory) attributes pushed regions without Kubernetes.
+    ``pods=`` (a PodDirectory) attributes pushed regions and ``registrations=`` (a
+    NodeDirectory) registers cards without Kubernetes.
     """
     pods = cast(PodDirectory | None, overrides.pop("pods", None))
+    nodes = cast(NodeDirectory | None, overrides.pop("registrations", None))
     settings = CollectorSettings(listen="127.0.0.1:0", **overrides)  # type: ignore[arg-type]
-    app = build_app(settings, pods)
+    app = build_app(settings, pods, registrations=nodes)
     async with serving(app) as url:
         yield url, app
 

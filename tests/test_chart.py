@@ -56,6 +56,8 @@ S = TypeVar("S", CollectorSettings, AgentSettings)
 
 # Each rule as (apiGroup, resource, verb).
 POD_READ = {("", "pods", verb) for verb in ("get", "list", "watch")}
+# The capacity series: a card's record is on its (cluster-scoped) Node, status included.
+NODE_READ = {("", "nodes", verb) for verb in ("get", "list", "watch")}
 CLAIM_READ = {("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")}
 PUSH_RULES = CLAIM_READ | {("authentication.k8s.io", "tokenreviews", "create")}
 ALLOCATION_RULES = CLAIM_READ | {
@@ -66,7 +68,7 @@ READ_AUTH_RULES = {
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
 }
-COLLECTOR_RULES = POD_READ | PUSH_RULES | ALLOCATION_RULES | READ_AUTH_RULES
+COLLECTOR_RULES = POD_READ | NODE_READ | PUSH_RULES | ALLOCATION_RULES | READ_AUTH_RULES
 # The readers' roles the chart ships; a non-resource URL rule as ("", URL, verb).
 CLUSTER_READER = f"{FULLNAME}-cluster-reader"
 TENANT = f"{FULLNAME}-tenant"
@@ -293,16 +295,24 @@ def test_rbac_without_pushes_reads_pods_and_allocations_only(
 ) -> None:
     assert (
         rules(one(rendered["agent-off"], "ClusterRole", FULLNAME))
-        == POD_READ | ALLOCATION_RULES | READ_AUTH_RULES
+        == POD_READ | NODE_READ | ALLOCATION_RULES | READ_AUTH_RULES
     )
     # and without kubernetes read auth, no TokenReviews either
     docs = template("-f", CHART / "ci" / "agent-off-values.yaml", "--set", "readAuth.mode=none")
-    assert rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | ALLOCATION_RULES
+    assert rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | NODE_READ | ALLOCATION_RULES
+    # capacity off: no Nodes
+    docs = template(
+        "-f", CHART / "ci" / "agent-off-values.yaml", "--set", "collector.settings.capacity=false"
+    )
+    assert (
+        rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | ALLOCATION_RULES | READ_AUTH_RULES
+    )
+    assert env_of(one(docs, "Deployment"))["HAMI_COLLECTOR_CAPACITY"] == "false"
 
 
 def test_rbac_namespaced_discovery(rendered: dict[str, list[Doc]]) -> None:
-    # Agent and allocations off: one Role per namespace; cluster-scoped, only the
-    # reviews of kubernetes read auth (no pods) and the readers' roles.
+    # Agent, allocations and capacity off: one Role per namespace; cluster-scoped, only
+    # the reviews of kubernetes read auth (no pods, no nodes) and the readers' roles.
     docs = rendered["namespaced-agent-off"]
     assert rules(one(docs, "ClusterRole", FULLNAME)) == READ_AUTH_RULES
     assert {r["metadata"]["name"] for r in find(docs, "ClusterRole")} == {
@@ -896,6 +906,13 @@ def test_notes_print_the_urls() -> None:
         "-f", CHART / "ci" / "namespaced-values.yaml", "--set", "collector.replicas=2"
     )
     assert "cluster-wide read access to pods" in namespaced
+    capacity_only = notes(
+        "-f",
+        CHART / "ci" / "namespaced-agent-off-values.yaml",
+        "--set",
+        "collector.settings.capacity=true",
+    )
+    assert "read access to\nthe (cluster-scoped) Nodes" in capacity_only
     assert "agents push to every one of them" in namespaced
     assert "does not serve" in notes("--set", "monitor.enabled=true")
 
@@ -1273,7 +1290,10 @@ def test_tenants_get_one_role_binding_per_namespace() -> None:
 def test_read_auth_none_reviews_nothing_and_sends_no_token() -> None:
     docs = template("--set", "readAuth.mode=none", *FORCED_MONITOR)
     assert env_of(one(docs, "Deployment"))["HAMI_COLLECTOR_READ_AUTH"] == "none"
-    assert rules(one(docs, "ClusterRole", FULLNAME)) == POD_READ | PUSH_RULES | ALLOCATION_RULES
+    assert (
+        rules(one(docs, "ClusterRole", FULLNAME))
+        == POD_READ | NODE_READ | PUSH_RULES | ALLOCATION_RULES
+    )
     assert not find(docs, "ClusterRole", CLUSTER_READER)
     assert not find(docs, "ClusterRole", TENANT)
     assert [b["metadata"]["name"] for b in find(docs, "ClusterRoleBinding")] == [FULLNAME]

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "collector.normalise.schema",
         "collector.normalise.labelsets",
         "collector.normalise.allocation",
+        "collector.normalise.registration",
         "collector.exposition",
     ),
     ("collector.normalise.batch", "collector.tsdb"),

@@ -653,10 +653,12 @@ async def test_end_to_end_node_labels_come_from_the_pods(fake: FakeKube, kubecon
             await eventually(lambda: shows(remaining), 3, "the other nodes as they were")
             assert await ready()
         await fake.wait_for_watches(0)  # the app hung up when it stopped
-        # Discovery's selected watch, and the one cluster-wide pod/claim/slice watch (allocations).
+        # Discovery's selected watch, the one cluster-wide pod/claim/slice watch (allocations)
+        # and the one of Nodes (capacity).
         assert {(path, q["labelSelector"]) for path, q in fake.requests} == {
             ("/api/v1/pods", SEL),
             ("/api/v1/pods", ""),
+            ("/api/v1/nodes", ""),
             ("/apis/resource.k8s.io/v1/resourceclaims", ""),
             ("/apis/resource.k8s.io/v1/resourceslices", ""),
         }

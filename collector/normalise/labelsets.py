@@ -1,11 +1,13 @@
 """The canonical label sets of every series the collector makes, and the one way to key them.
 
-Three producers make series: the monitor normaliser (labels renamed from a
-monitor's text), the push receiver (agents' raw readings) and the allocation
-source (the pod watch). Each builds its keys here, so a container's usage and
-its allocation carry the very same labels and ``used / allocated`` joins one to
-one whichever source fed the usage. A key is the exposition text of the name
-and the labels sorted by name, without ``node`` (the store's renderer adds it).
+Four producers make series: the monitor normaliser (labels renamed from a
+monitor's text), the push receiver (agents' raw readings), the allocation
+source (the pod watch) and the capacity source (the node watch). Each builds
+its keys here, so a container's usage and its allocation carry the very same
+labels and ``used / allocated`` joins one to one whichever source fed the
+usage, and a card's registered capacity joins its readings the same way. A
+key is the exposition text of the name and the labels sorted by name, without
+``node`` (the store's renderer adds it).
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ def card_reason(card_labels: Labels, name: str, value: str) -> Labels:
     """A card's labels with one more that says which of several counts or states it is
     (``type`` of an ECC count, ``xid``, ``reason`` of a clock event)."""
     return (*card_labels, (name, value))
+
+
+def registered_card(card_labels: Labels, mode: str, model: str) -> Labels:
+    """A card's labels with how its device plugin registered it (``hami_host_gpu_registration_info``):
+    its ``mode`` (hami-core, mig, mps) and ``model``, the product name, which a card labelled
+    by a Volcano monitor (no ``device_type``) would otherwise lack."""
+    return (*card_labels, ("mode", mode), ("model", model))
 
 
 def mig(

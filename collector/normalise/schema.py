@@ -27,11 +27,17 @@ class SourceKind(StrEnum):
     KAI = "kai"
     AGENT = "agent"
     ALLOCATION = "allocation"
+    REGISTRATION = "registration"
 
 
-RANKED_KINDS = tuple(kind for kind in SourceKind if kind is not SourceKind.ALLOCATION)
-"""The kinds ``--priority`` orders; allocation (from the pod watch) always ranks last,
-so its stand-in usage of 0 gives way to any real reading."""
+WATCH_KINDS = frozenset({SourceKind.ALLOCATION, SourceKind.REGISTRATION})
+"""The kinds made from the cluster's objects (the pod and node watches), not from readings:
+a node fed by these alone has no usage source."""
+
+RANKED_KINDS = tuple(kind for kind in SourceKind if kind not in WATCH_KINDS)
+"""The kinds ``--priority`` orders; allocation (from the pod watch) ranks after them, so its
+stand-in usage of 0 gives way to any real reading, and registration (from the node watch)
+last, so a registered memory total never hides the physical one NVML reports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,14 @@ CLOCK_EVENT = "hami_host_gpu_clock_event_active"
 MIG_MEMORY_USED = "hami_mig_memory_used_bytes"
 MIG_MEMORY_TOTAL = "hami_mig_memory_total_bytes"
 IDLE = "hami_container_idle_seconds"
+MEMORY_TOTAL = "hami_host_gpu_memory_total_bytes"
+MEMORY_USED = "hami_host_gpu_memory_used_bytes"
+MEMORY_REGISTERED = "hami_host_gpu_memory_registered_bytes"
+MEMORY_OVERSUBSCRIPTION = "hami_host_gpu_memory_oversubscription_ratio"
+SPLIT_COUNT = "hami_host_gpu_split_count"
+HEALTHY = "hami_host_gpu_healthy"
+REGISTRATION_INFO = "hami_host_gpu_registration_info"
+NODE_GPU_COUNT = "hami_node_gpu_count"
 
 # What HAMi's own monitor gets wrong and the agent checks (docs/metrics.md, "What the agent
 # corrects"): slots whose process is gone, a region without utilisation, the energy of
@@ -177,6 +191,44 @@ ALLOCATION_FAMILIES: Mapping[str, Family] = {
 Where an allocated vGPU has no usage series yet, the pod watch stands in
 ``hami_vgpu_memory_used_bytes`` and ``hami_container_device_utilization_ratio``
 of 0 (the HELP of the allocated memory says so), so a pod shows at once.
+"""
+
+CAPACITY_FAMILIES: Mapping[str, Family] = {
+    family.name: family
+    for family in (
+        Family(
+            MEMORY_REGISTERED,
+            "GPU memory the scheduler may allocate on the card, as its device plugin registered"
+            " it on the Node, in bytes",
+        ),
+        Family(
+            MEMORY_OVERSUBSCRIPTION,
+            "The card's registered memory over the physical total NVML reports (1: as the card"
+            " holds; above 1: the scheduler allocates more than the card holds)",
+        ),
+        Family(SPLIT_COUNT, "Tasks the scheduler may place on the card at once, as registered"),
+        Family(
+            HEALTHY,
+            "1 if the scheduler may place tasks on the card: its device plugin registers it"
+            " healthy and the node's allocatable count of the plugin's resource is above 0",
+        ),
+        Family(
+            REGISTRATION_INFO,
+            "The card as its device plugin registered it on the Node; mode is hami-core, mig or"
+            " mps, model the card's product name",
+        ),
+        Family(
+            NODE_GPU_COUNT,
+            "GPUs on the node as its scheduler's Node record (HAMi, Volcano) or GPU Feature"
+            " Discovery's labels (KAI) count them",
+        ),
+    )
+}
+"""The families the node watch makes (:mod:`collector.sources.capacity_series`), not the monitors.
+
+Where no monitor or agent reports a card's ``hami_host_gpu_memory_total_bytes``, the node
+watch stands in the registered memory (GPU Feature Discovery's for KAI), with the labels of
+the card's other series.
 """
 
 ALLOCATION_READINGS: tuple[tuple[str, str], ...] = (

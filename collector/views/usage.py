@@ -206,7 +206,7 @@ class NodeUsage:
         self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
         self.utilization_average = sum(utils) / len(utils) if utils else None
         self.newest = _newest(view)
-        self.reported = any(h.source.kind is not schema.SourceKind.ALLOCATION for h in view.sources)
+        self.reported = any(h.source.kind not in schema.WATCH_KINDS for h in view.sources)
         self._containers: tuple[ContainerReading, ...] | None = None
 
     @property
@@ -246,12 +246,12 @@ class NodeUsage:
 
 
 def _newest(view: NodeView) -> float:
-    """When the newest monitor or agent batch came; the pod watch's only for a node without one.
+    """When the newest monitor or agent batch came; the watches' only for a node without one.
 
-    The pod watch remakes its allocation batches every interval whatever the
-    monitors do, so it would hide a silent monitor.
+    The pod and node watches remake their batches every interval whatever the
+    monitors do, so they would hide a silent monitor.
     """
-    real = [h.received for h in view.sources if h.source.kind is not schema.SourceKind.ALLOCATION]
+    real = [h.received for h in view.sources if h.source.kind not in schema.WATCH_KINDS]
     return max(real or [h.received for h in view.sources], default=-math.inf)
 
 

@@ -239,6 +239,11 @@ app.kubernetes.io/component: agent
 {{- if ne (toString (dig "allocations" true .Values.collector.settings)) "false" -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether the collector reads each card's capacity from a watch of the Nodes (its default). */}}
+{{- define "huc.capacityEnabled" -}}
+{{- if ne (toString (dig "capacity" true .Values.collector.settings)) "false" -}}true{{- end -}}
+{{- end -}}
+
 {{/* A settings value as an env var string: lists comma-joined, whole floats without an exponent. */}}
 {{- define "huc.envValue" -}}
 {{- $v := . -}}

@@ -35,7 +35,7 @@ from multidict import MultiMapping
 
 from collector import __version__
 from collector.normalise.labelsets import key_labels
-from collector.normalise.schema import Flavour, SourceKind
+from collector.normalise.schema import WATCH_KINDS, Flavour, SourceKind
 from collector.selfmetrics import SelfMetrics
 from collector.store.latest import Held, Store
 from collector.views.models import ApiError
@@ -268,8 +268,9 @@ class StatusPage:
                 continue
             census.series += len(view.series)
             census.winners[node] = view.sources[0].source.id
-            if all(one.source.kind is SourceKind.ALLOCATION for one in view.sources):
-                census.unreported.append((node, view.sources[0]))
+            allocated = [one for one in view.sources if one.source.kind is SourceKind.ALLOCATION]
+            if allocated and all(one.source.kind in WATCH_KINDS for one in view.sources):
+                census.unreported.append((node, allocated[0]))
             for one in view.sources:
                 census.held[one.source.id] = one
                 if one.source.kind is SourceKind.AGENT:
