@@ -56,11 +56,15 @@ class LoopReader:
         newest: bool = False,
         lookup: Lookup | None = None,
     ) -> Iterator[Columns]:
-        """The storage's groups, read on the loop a slice at a time."""
-        groups = self._on_loop(
-            lambda: iter(self._storage.select(matchers, start, end, newest, lookup))
-        )
-        done = False
+        """The storage's groups, read on the loop a slice at a time (the first slice with
+        the selection's start: a small query's read is one trip to the loop, not two)."""
+
+        def first() -> tuple[Iterator[Columns], list[Columns], bool]:
+            groups = iter(self._storage.select(matchers, start, end, newest, lookup))
+            return groups, *_slice(groups)
+
+        groups, part, done = self._on_loop(first)
+        yield from part
         while not done:
             part, done = self._on_loop(lambda: _slice(groups))
             yield from part
