@@ -258,10 +258,11 @@ async def test_workloads_pages_and_sorts_are_rests() -> None:
         _attrs, cells = filtered.rows[0]
         assert cells[4] == "HAMi vGPU"
         assert cells[5] == "4 GiB"
-        assert cells[6] == "1 GiB"
+        assert cells[6] == "1 GiB 25%"  # used, and its share of the allocation
         assert cells[7] == "25%"
-        assert "26.7 min" in cells[11]
-        assert "idle" in cells[11]
+        assert cells[8] == "20% 80%"  # SM utilisation, and its share of the 25 % given
+        assert "26.7 min" in cells[9]
+        assert "idle" in cells[9]
 
 
 async def test_a_pods_detail_charts_its_last_hour() -> None:
@@ -270,7 +271,7 @@ async def test_a_pods_detail_charts_its_last_hour() -> None:
         html = await page(http, "/workloads/ns-a/p")
         assert Rows(html).of("container") == ["one", "two"]
         assert html.count('class="chart line-chart"') == 4
-        assert "no data in the history yet" not in html
+        assert "history is filling" not in html
         assert "GPU-0001: latest 3 GiB" in html  # the chart's text alternative
         assert "ns-a/p container two: memory used" in html
         assert 'href="/api/v1/namespaces/ns-a/pods/p"' in html
