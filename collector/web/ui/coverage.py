@@ -92,6 +92,13 @@ def share(covered: int, every: int, what: str) -> str:
     return f"{units.count(covered)} of {plural(every, 'vGPU')} with {what}"
 
 
+def _on(covered: int, cards: int) -> str:
+    """``the card``, ``all 8 cards``, ``6 of 8 cards``."""
+    if covered == cards:
+        return "the card" if cards == 1 else f"all {plural(cards, 'card')}"
+    return f"{units.count(covered)} of {plural(cards, 'card')}"
+
+
 def coverage(memory: Memory) -> str:
     """What the cards' memory figures cover: ``used 1.02 TiB of 5.3 TiB on 64 of 68 cards; 4
     cards report no total (they use 38 GiB)``. Used is compared with the total only over
@@ -103,14 +110,13 @@ def coverage(memory: Memory) -> str:
         head = "no card reports its used memory"
     elif memory.compared_cards == 0:
         head = (
-            f"used {units.size(memory.used)} on {units.count(memory.used_cards)} of"
-            f" {plural(n, 'card')}; no card reports its memory total"
+            f"used {units.size(memory.used)} on {_on(memory.used_cards, n)};"
+            " no card reports its memory total"
         )
     else:
-        on = "all" if memory.compared_cards == n else f"{units.count(memory.compared_cards)} of"
         head = (
             f"used {units.size(memory.compared_used)} of {units.size(memory.compared_total)}"
-            f" on {on} {plural(n, 'card')}"
+            f" on {_on(memory.compared_cards, n)}"
         )
     parts = [head]
     if memory.compared_cards and memory.total_cards < n:
