@@ -378,6 +378,7 @@ async def test_a_tenant_sees_only_its_namespaces() -> None:
         detail = await page(http, "/nodes/n-001", tenant="ns-1")
         assert Rows(detail).of("pod") == ["b-1"]
         assert "80 GiB" not in detail  # the card's readings are the cluster's
+        assert "memory used by your vGPUs 1 GiB" in detail
         await page(http, "/nodes/n-002", tenant="ns-1", status=404)
         await page(http, "/workloads/ns-a/a-1", tenant="ns-1", status=404)
         groups = Rows(await page(http, "/namespaces", tenant="ns-1")).of("namespace")

@@ -22,7 +22,7 @@ from collector.views.listing import NODE_SORT_FIELDS
 from collector.views.models import CardUsage, ContainerUsage, NodeSummary
 from collector.views.presented import Presented, TenantView
 from collector.views.usage import NodeUsage
-from collector.web.ui import layout
+from collector.web.ui import layout, units
 from collector.web.ui.coverage import Memory, coverage
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
@@ -248,8 +248,10 @@ class NodeViews:
         now = time.monotonic()
         if isinstance(view, TenantView):
             detail = view.detail(store.generation, view.summary(now, self._interval))
+            said = f"used by your vGPUs {units.size(detail.node.memory_used_bytes)}"
         else:
             detail = presented.detail(store.generation, presented.at(now, self._interval))
+            said = coverage(Memory.of_node(detail.node))
         usage = presented.usage
         cards = [self._card(usage, c) for c in detail.cards]
         unmatched = [self._pod(usage, c) for c in detail.unmatched_containers]
@@ -258,7 +260,7 @@ class NodeViews:
             node=detail.node,
             cards=cards,
             unmatched=unmatched,
-            coverage=coverage(Memory.of_node(detail.node)),
+            coverage=said,
             reasons=REASONS,
         )
         links = [
