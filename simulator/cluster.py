@@ -13,12 +13,23 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from simulator.devices import Allocation
 from simulator.families import MONITORS
 from simulator.node import SimulatedNode
-from simulator.workload import MIB, draw_cards, draw_kai_annotation, new_pod, plan_slots
+from simulator.workload import (
+    HELD_ON_CARD_0_CORES,
+    HELD_ON_CARD_0_MIB,
+    MIB,
+    draw_cards,
+    draw_kai_annotation,
+    fill,
+    grant_cores,
+    new_pod,
+    plan_slots,
+)
 
 
 def _check(nodes: int, cards: int, allocations_per_node: int, flavours: Sequence[str]) -> None:
@@ -34,15 +45,38 @@ def _check(nodes: int, cards: int, allocations_per_node: int, flavours: Sequence
 
 
 def _build_node(
-    name: str, flavour: str, rng: random.Random, cards: int, allocations: int, now: int, seed: int
+    name: str,
+    flavour: str,
+    rng: random.Random,
+    cards: int,
+    allocations: int,
+    now: int,
+    seed: int,
+    memory_scaling: float = 1.0,
 ) -> SimulatedNode:
+    """One node whose allocations HAMi's scheduler would have granted: each card's memory
+    limits sum to at most its memory times ``memory_scaling`` (HAMi's ``deviceMemoryScaling``;
+    above 1 each vGPU takes its whole share of the scaled card, so the node is oversubscribed),
+    its SM shares to at most the whole card, and card 0 keeps room for the pods placed later."""
     node_cards = draw_cards(rng, cards)
-    cap_mib = {card.index: (card.memory_total - card.reserved) // MIB for card in node_cards}
+    cap_mib = {
+        card.index: int((card.memory_total - card.reserved) * memory_scaling) // MIB
+        - (HELD_ON_CARD_0_MIB if card.index == 0 else 0)
+        for card in node_cards
+    }
+    budget = {
+        card.index: 100 - (HELD_ON_CARD_0_CORES if card.index == 0 else 0) for card in node_cards
+    }
+    planned = plan_slots(rng, cards, allocations, cap_mib)
+    shares = grant_cores(random.Random(f"cores|{seed}|{name}"), planned, budget)
+    oversubscribed = memory_scaling > 1
     taken: set[tuple[str, str]] = set()
     pods: list[Allocation] = []
-    for slots in plan_slots(rng, cards, allocations, cap_mib):
+    for slots in shares:
+        if oversubscribed:
+            slots = [replace(s, exact=True, fill=fill(memory_scaling)) for s in slots]
         pods.extend(new_pod(rng, slots, now, taken, draw_kai_annotation(rng)))
-    node = SimulatedNode(name, flavour, node_cards, pods, seed)
+    node = SimulatedNode(name, flavour, node_cards, pods, seed, memory_scaling)
     node.refresh_cards()
     return node
 
@@ -55,6 +89,7 @@ def build_cluster(
     flavours: Sequence[str] = MONITORS,
     *,
     start_time: float | None = None,
+    memory_scaling: Mapping[int, float] | None = None,
 ) -> list[SimulatedNode]:
     """A cluster of ``nodes`` simulated GPU nodes, monitor versions assigned round-robin.
 
@@ -64,7 +99,8 @@ def build_cluster(
     with containers such as ``cuda`` or ``main``), every one of which has
     launched a kernel. Last-kernel times are placed relative to ``start_time``
     (default: now), so the cluster is a pure function of ``seed`` and
-    ``start_time``.
+    ``start_time``. ``memory_scaling`` oversubscribes the nodes at those positions (from
+    0) by that factor, as HAMi's ``deviceMemoryScaling`` lets its scheduler.
     """
     _check(nodes, cards, allocations_per_node, flavours)
     now = math.floor(time.time() if start_time is None else start_time)
@@ -78,6 +114,7 @@ def build_cluster(
             allocations_per_node,
             now,
             seed,
+            (memory_scaling or {}).get(position, 1.0),
         )
         for position in range(nodes)
     ]

@@ -68,6 +68,9 @@ class Allocation:
     kai_annotation: str | None = "gpu-fraction"
     """The pod's KAI sharing annotation; only the ``kai`` monitor looks at it."""
     mig: MigSlice | None = None
+    cores: int = 100
+    """Percent of the card's SMs the scheduler gave this vGPU (HAMi's ``gpucores``; 0: no
+    SM limit, the card's time shared with the others)."""
 
     @property
     def offset(self) -> int:

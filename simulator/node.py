@@ -15,7 +15,15 @@ from simulator.devices import Allocation, Card
 from simulator.expositions import monitor_samples, visible_allocations
 from simulator.families import MONITOR_METRICS, MONITORS
 from simulator.textformat import MonitorSample, render_exposition
-from simulator.workload import MIB, Profile, Slot, draw_kai_annotation, new_pod, new_profile
+from simulator.workload import (
+    MIB,
+    Profile,
+    Slot,
+    draw_kai_annotation,
+    fill,
+    new_pod,
+    new_profile,
+)
 
 WEIRD_SUFFIX = ' q"uote b\\ack n\nl {br},c=v ü中'
 """Appended to namespace, pod and container while a node's ``weird_labels`` is on."""
@@ -38,6 +46,7 @@ class SimulatedNode:
         cards: Sequence[Card],
         allocations: Sequence[Allocation],
         seed: int = 0,
+        memory_scaling: float = 1.0,
     ) -> None:
         if flavour not in MONITORS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {MONITORS}")
@@ -53,9 +62,10 @@ class SimulatedNode:
         self.cards: list[Card] = list(cards)
         self.allocations: list[Allocation] = list(allocations)
         self.seed = seed
-        self.memory_scaling = 1.0
-        """HAMi's ``deviceMemoryScaling`` here: its plugin registers this many times each card's
-        memory on the Node (:mod:`simulator.node_objects`); above 1 oversubscribes."""
+        self.memory_scaling = memory_scaling
+        """HAMi's ``deviceMemoryScaling`` on this node: its plugin registers this many times each
+        card's memory on the Node (:mod:`simulator.node_objects`) and its scheduler grants up
+        to that (1: none; above 1, the node is oversubscribed on purpose)."""
         self.revision = 0
         """Bumped whenever the node's state changes; lets servers cache renderings."""
         self._weird_labels = False
@@ -160,18 +170,6 @@ class SimulatedNode:
             if shared is not None:
                 allocation.last_kernel_time = shared
 
-    def _share_mib(self) -> dict[int, int]:
-        """Per card, the most MiB a new vGPU may take: its fair share of the card's memory."""
-        load: dict[int, int] = {}
-        for allocation in self.allocations:
-            load[allocation.card] = load.get(allocation.card, 0) + 1
-        return {
-            card.index: (card.memory_total - card.reserved)
-            // MIB
-            // max(load.get(card.index, 1), 1)
-            for card in self.cards
-        }
-
     def _churn(self, epoch: int, tick: int) -> None:
         rng = random.Random(f"churn|{self.seed}|{self.name}|{epoch}")
         pods: dict[str, list[Allocation]] = {}
@@ -184,10 +182,22 @@ class SimulatedNode:
         if not ending:
             return
         taken = {(a.namespace, a.pod) for a in self.allocations}
-        share_mib = self._share_mib()
         for uid in ending:
             old = pods[uid]
-            slots = [Slot(a.container, a.vdevice_index, a.card, share_mib[a.card]) for a in old]
+            # The pod taking its place asks for the same (a controller's next replica does):
+            # the cards stay within what the scheduler grants.
+            slots = [
+                Slot(
+                    a.container,
+                    a.vdevice_index,
+                    a.card,
+                    a.limit // MIB,
+                    a.cores,
+                    exact=True,
+                    fill=fill(self.memory_scaling),
+                )
+                for a in old
+            ]
             fresh = new_pod(rng, slots, tick, taken, draw_kai_annotation(rng))
             for allocation in old:
                 self._profiles.pop(allocation.key, None)

@@ -28,7 +28,6 @@ from simulator.node_objects import cluster_nodes
 from simulator.workload import MIB
 
 JSON = dict[str, Any]
-CORES = (10, 20, 25, 30, 50, 100)
 DRA_DRIVER = "hami-core-gpu.project-hami.io"
 KAI_RESERVATION_NAMESPACE = "kai-resource-reservation"
 FRESH_NAMESPACE = "team-fresh"
@@ -45,15 +44,14 @@ class Objects:
     nodes: list[JSON] = field(default_factory=list)
 
 
-def cores_percent(allocation: Allocation) -> int:
-    """The SM share (percent) the scheduler gave this vGPU; a pure function of its identity."""
-    pod_uid, container, vdevice = allocation.key
-    return random.Random(f"cores|{pod_uid}|{container}|{vdevice}").choice(CORES)
-
-
 def claim_name(pod: str, container: str) -> str:
     """The ResourceClaim a simulated HAMi-DRA container's vGPUs come from."""
     return f"{pod}-{container}-vgpu"
+
+
+FRESH_CORES = 10
+"""The fresh pod's SM share (percent): the room the plan leaves on card 0 holds it
+(:data:`simulator.workload.HELD_ON_CARD_0_CORES`)."""
 
 
 def fresh_pod(node: SimulatedNode) -> Allocation:
@@ -74,6 +72,7 @@ def fresh_pod(node: SimulatedNode) -> Allocation:
         buffer=0,
         sm_util=0,
         last_kernel_time=None,
+        cores=FRESH_CORES,
     )
 
 
@@ -144,7 +143,7 @@ def _pod(node: SimulatedNode, allocations: Sequence[Allocation], started: float)
 
 
 def _tuple(node: SimulatedNode, a: Allocation) -> str:
-    return f"{node.cards[a.card].uuid},NVIDIA,{a.limit // MIB},{cores_percent(a)}:"
+    return f"{node.cards[a.card].uuid},NVIDIA,{a.limit // MIB},{a.cores}:"
 
 
 def _hami(pod: JSON, node: SimulatedNode, allocations: Sequence[Allocation]) -> None:
@@ -167,12 +166,15 @@ def _volcano(pod: JSON, node: SimulatedNode, allocations: Sequence[Allocation]) 
 def _kai(pod: JSON, node: SimulatedNode, allocations: Sequence[Allocation]) -> list[JSON]:
     """KAI shares one container's devices by fraction; other containers get nothing from it.
 
-    Returns the reservation pods (one per device group) that name the cards.
+    The fraction is the vGPU's share of the card (of its memory where it has no SM
+    share), so a card's fractions sum to at most the whole card. Returns the
+    reservation pods (one per device group) that name the cards.
     """
     container, vgpus = next(iter(_containers(allocations).items()))
-    card = node.cards[vgpus[0].card]
+    first = vgpus[0]
+    share = first.cores / 100 if first.cores else first.limit / node.cards[first.card].memory_total
     notes = pod["metadata"]["annotations"]
-    notes["gpu-fraction"] = f"{min(1.0, max(0.01, vgpus[0].limit / card.memory_total)):.2f}"
+    notes["gpu-fraction"] = f"{min(1.0, max(0.01, share)):.2f}"
     notes["gpu-fraction-num-devices"] = str(len(vgpus))
     notes["gpu-fraction-container-name"] = container
     reservations = []
@@ -214,7 +216,7 @@ def _claims(
                 "driver": DRA_DRIVER,
                 "pool": node.name,
                 "device": f"hami-gpu-{a.card}",
-                "consumedCapacity": {"memory": str(a.limit), "cores": str(cores_percent(a))},
+                "consumedCapacity": {"memory": str(a.limit), "cores": str(a.cores)},
             }
             for a in vgpus
         ]

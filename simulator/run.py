@@ -40,6 +40,10 @@ from simulator.node_objects import cluster_nodes
 from simulator.workload import full_pod
 
 DRA_NODES = 2
+MEMORY_SCALING = 1.5
+"""The first node's HAMi ``deviceMemoryScaling``: it is oversubscribed on purpose, its vGPUs
+given 1.5 times its cards' memory (its node agent reads the cards' real memory, so its page
+shows each card allocated past its size, and says why)."""
 PLUGIN_NODE = "gpu-plugin-01"
 """The node whose pods the NVIDIA device plugin placed: only NVML and the kubelet see them."""
 
@@ -115,10 +119,11 @@ def demo_app(
     files while the app runs. The first line names the overview, the second the status page.
     """
     host, port = parse_listen(listen)
-    cluster = build_cluster(nodes + DRA_NODES, seed=1, flavours=MONITORS)
+    cluster = build_cluster(
+        nodes + DRA_NODES, seed=1, flavours=MONITORS, memory_scaling={0: MEMORY_SCALING}
+    )
     monitored, dra_nodes = cluster[:nodes], cluster[nodes:]
     monitored[0].keep(full_pod(1, monitored[0].name, card=0))  # HamiVGPUMemoryNearLimit fires
-    monitored[0].memory_scaling = 1.5  # oversubscribed: registers more than NVML's total
     flaky = monitored[-1].name if nodes > 1 else None
     agents = [(node, True) for node in dra_nodes] + [(monitored[0], False)]
     base = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
@@ -148,7 +153,8 @@ def demo_app(
         f"Simulated monitors: {kinds}; flaky: {flaky or 'none'}",
         f"Agents: {', '.join(n.name for n in dra_nodes)} (HAMi-DRA, no monitor), {monitored[0].name},"
         f" {PLUGIN_NODE} (NVIDIA device plugin: a whole card, time-sharing, MIG, a host process)",
-        f"Oversubscribed: {monitored[0].name} registers 1.5 times its cards' memory",
+        f"Oversubscribed on purpose: {monitored[0].name} (HAMi deviceMemoryScaling"
+        f" {MEMORY_SCALING:g}: its vGPUs are given {MEMORY_SCALING:g} times its cards' memory)",
         f"Scrape target (whole cluster): {base}/metrics",
         f"REST: {base}/api/v1/nodes  {base}/api/v1/pods  ({base}/api/v1/openapi.json)",
         f"Chargeback: {base}/api/v1/usage?by=namespace  ({base}/api/v1/usage?format=csv)",

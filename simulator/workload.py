@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.devices import Allocation, Card
 from simulator.families import KAI_SHARING_ANNOTATIONS
@@ -90,14 +91,42 @@ def draw_kai_annotation(rng: random.Random) -> str | None:
     return rng.choice(KAI_SHARING_ANNOTATIONS)
 
 
+CORE_SHARES = (10, 20, 25, 30, 50, 100)
+"""The SM shares (percent of a card) pods ask for."""
+MIN_SHARE = CORE_SHARES[0]
+BURST_CHANCE = 0.1
+"""Chance that a busy container with a share of its card bursts past it (HAMi-core lets a
+container use SMs beyond its share while the card has them to spare)."""
+HELD_ON_CARD_0_MIB = 8192
+HELD_ON_CARD_0_CORES = 40
+"""What the scheduler's plan leaves free on each node's card 0 for the pods placed there
+later: the fresh pod (:func:`simulator.pods.fresh_pod`, 4 GiB, 10 %) and the demo's full pod
+(:func:`full_pod`, 4 GiB, 30 %)."""
+FILL = 0.85
+"""The most of its room a vGPU's buffer starts at (its limit less context and module)."""
+
+
+def fill(memory_scaling: float) -> float:
+    """How full a vGPU's buffer may start on a node whose scheduler scales its cards' memory
+    by ``memory_scaling``: oversubscribed vGPUs hold less, so the cards' use stays within
+    their memory (a drift of 30 % on top included)."""
+    return 1.0 if memory_scaling <= 1 else 0.6 / memory_scaling
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """One vGPU of a pod being created: container, vdevice index, card, limit cap (MiB)."""
+    """One vGPU of a pod being created: container, vdevice index, card, limit cap (MiB), and
+    its SM share (percent). ``exact``: the limit is the cap itself (a pod taking the place of
+    one just like it, or its share of an oversubscribed card); ``fill``: how full its
+    buffer may start (:func:`fill`)."""
 
     container: str
     vdevice_index: int
     card: int
     limit_cap_mib: int
+    cores: int = 100
+    exact: bool = False
+    fill: float = 1.0
 
 
 def plan_slots(
@@ -135,6 +164,45 @@ def plan_slots(
     return pods
 
 
+def grant_cores(
+    rng: random.Random, pods: list[list[Slot]], budget: Mapping[int, int]
+) -> list[list[Slot]]:
+    """Each slot with the SM share HAMi's scheduler would grant it: a card's shares never sum
+    past its ``budget`` (100: the whole card), each at least :data:`MIN_SHARE` while the
+    budget lasts; a slot whose card has none left gets 0 (no SM limit, HAMi's default:
+    the card's time is shared)."""
+    left = dict(budget)
+    waiting = Counter(slot.card for slots in pods for slot in slots)
+    granted: list[list[Slot]] = []
+    for slots in pods:
+        row = []
+        for slot in slots:
+            waiting[slot.card] -= 1
+            most = left.get(slot.card, 100) - MIN_SHARE * waiting[slot.card]
+            choices = [share for share in CORE_SHARES if share <= most]
+            cores = rng.choice(choices) if choices else 0
+            left[slot.card] = left.get(slot.card, 100) - cores
+            row.append(replace(slot, cores=cores))
+        granted.append(row)
+    return granted
+
+
+def within_share(drawn: int, cores: int, bursts: bool) -> int:
+    """The SM utilisation (percent of the card) of a container given ``cores`` percent of it,
+    from a draw of 0-100: the draw scaled into its share, or, for one that ``bursts``,
+    1.1-1.6 times its share. Without a share (0) or with the whole card, the draw itself."""
+    if drawn <= 0 or cores <= 0 or cores >= 100:
+        return drawn
+    if bursts:
+        return min(100, round(cores * (1.1 + drawn / 200)))
+    return max(1, round(drawn * cores / 100))
+
+
+def bursts(pod_uid: str, container: str, vdevice: int) -> bool:
+    """Whether this vGPU bursts past its share when busy: a pure function of its identity."""
+    return random.Random(f"burst|{pod_uid}|{container}|{vdevice}").random() < BURST_CHANCE
+
+
 @dataclass(frozen=True, slots=True)
 class _PodIdentity:
     namespace: str
@@ -146,14 +214,20 @@ class _PodIdentity:
 def _draw_allocation(
     rng: random.Random, pod: _PodIdentity, slot: Slot, busy: bool, kernel_time: int
 ) -> Allocation:
-    """One vGPU of ``pod`` in ``slot``: a limit under the slot's cap, memory split within it."""
+    """One vGPU of ``pod`` in ``slot``: a limit under the slot's cap (or the cap itself), memory
+    split within it, SM utilisation within its share."""
     choices = [mib for mib in _LIMITS_MIB if mib <= slot.limit_cap_mib]
-    limit = (rng.choice(choices) if choices else max(slot.limit_cap_mib, 256)) * MIB
+    if slot.exact:
+        limit = max(slot.limit_cap_mib, 256) * MIB
+    else:
+        limit = (rng.choice(choices) if choices else max(slot.limit_cap_mib, 256)) * MIB
     context, module, offset = rng.choice(_CONTEXTS), rng.choice(_MODULES), rng.choice(_OFFSETS)
     if context + module + offset > limit // 2:
         context, module, offset = 0, 0, 0
     room = limit - context - module - offset
-    buffer = int(room * rng.uniform(0.05, 0.85)) // _TWO_MIB * _TWO_MIB
+    buffer = int(room * rng.uniform(0.05, FILL) * slot.fill) // _TWO_MIB * _TWO_MIB
+    drawn = rng.randint(5, 95) if busy else 0
+    burst = bursts(pod.uid, slot.container, slot.vdevice_index)
     return Allocation(
         namespace=pod.namespace,
         pod=pod.pod,
@@ -166,9 +240,10 @@ def _draw_allocation(
         context=context,
         module=module,
         buffer=buffer,
-        sm_util=rng.randint(5, 95) if busy else 0,
+        sm_util=within_share(drawn, slot.cores, burst),
         last_kernel_time=kernel_time,
         kai_annotation=pod.annotation,
+        cores=slot.cores,
     )
 
 
@@ -207,6 +282,7 @@ def new_pod(
 FULL_NAMESPACE = "team-a"
 FULL_CONTAINER = "cuda"
 _FULL_LIMIT = 4096 * MIB
+_FULL_CORES = 30
 
 
 def full_pod(seed: int, node: str, card: int) -> Allocation:
@@ -230,8 +306,9 @@ def full_pod(seed: int, node: str, card: int) -> Allocation:
         context=context,
         module=0,
         buffer=_FULL_LIMIT - context,
-        sm_util=rng.randint(40, 90),
+        sm_util=within_share(rng.randint(40, 90), _FULL_CORES, bursts=False),
         last_kernel_time=None,  # a busy container: each step sets it to now
+        cores=_FULL_CORES,
     )
 
 
@@ -256,6 +333,8 @@ class Profile:
     util_amplitude: float
     util_period: float
     util_phase: float
+    util_cap: int = 100
+    """The most its SM utilisation reaches: its share, unless it bursts past it."""
 
     def apply(self, allocation: Allocation, tick: int) -> None:
         """Set the allocation's buffer, usage and SM utilisation for the second ``tick``.
@@ -274,7 +353,7 @@ class Profile:
         if self.busy:
             wave = _triangle(tick / self.util_period + self.util_phase)
             allocation.sm_util = min(
-                100, max(1, round(self.base_util + self.util_amplitude * wave))
+                self.util_cap, max(1, round(self.base_util + self.util_amplitude * wave))
             )
             allocation.last_kernel_time = tick
         else:
@@ -294,6 +373,10 @@ def new_profile(seed: int, node: str, allocation: Allocation) -> Profile:
     )
     # A buffer that fills its room was taken whole up front and is held (full_pod()).
     moves = busy and allocation.buffer < room
+    # Within its share (0 < cores < 100) unless it started past it: then it bursts.
+    share = allocation.cores
+    capped = 0 < share < 100 and allocation.sm_util <= share
+    cap = share if capped else 100
     return Profile(
         busy=busy,
         base_buffer=allocation.buffer,
@@ -303,7 +386,8 @@ def new_profile(seed: int, node: str, allocation: Allocation) -> Profile:
         period=rng.uniform(120.0, 900.0),
         phase=rng.random(),
         base_util=allocation.sm_util,
-        util_amplitude=rng.uniform(3.0, 20.0) if busy else 0.0,
+        util_amplitude=rng.uniform(3.0, 20.0) * cap / 100 if busy else 0.0,
         util_period=rng.uniform(30.0, 300.0),
         util_phase=rng.random(),
+        util_cap=cap,
     )

@@ -243,7 +243,16 @@ async def test_totals_unmatched_containers_and_odd_values() -> None:
         half_summary = (await get(client, "/api/v1/nodes/half"))["node"]
     assert full["node"]["memory_total_bytes"] == 300
     assert full["node"]["memory_used_bytes"] == 30
-    assert half_summary["memory_total_bytes"] is None, "null unless every card reports a total"
+    # a total says what it covers: one card of two reports its total
+    assert half_summary["memory_total_bytes"] == 100
+    assert (half_summary["memory_total_cards"], half_summary["memory_used_cards"]) == (1, 2)
+    assert half_summary["memory_compared"] == {
+        "cards": 1,
+        "used_bytes": 10,
+        "total_bytes": 100,
+        "allocated_bytes": None,
+    }
+    assert full["node"]["memory_compared"]["cards"] == full["node"]["card_count"] == 2
     assert full["node"]["utilization_average_percent"] is None, "NaN is no reading"
     assert full["node"]["container_count"] == 1
     assert [c["device_uuid"] for c in full["unmatched_containers"]] == ["GPU-X"]

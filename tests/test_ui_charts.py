@@ -14,6 +14,7 @@ import pytest
 
 from collector.web.ui import units
 from collector.web.ui.charts import (
+    FILLING,
     MARGIN_BOTTOM,
     MARGIN_LEFT,
     MARGIN_RIGHT,
@@ -135,6 +136,19 @@ def test_a_bar_without_a_total_or_overcommitted_scales_to_its_largest_value() ->
     )
 
 
+def test_no_bar_for_an_unknown_or_empty_reference() -> None:
+    """A value no source sent, or an allocation of nothing, draws no bar (never a full one)."""
+    assert bar("node total unknown", 80 * GIB, None, None, units.size) == ""
+    assert bar("nothing allocated", 96 * GIB, 0, None, units.size) == ""
+    assert bar("allocation unknown", 96 * GIB, None, None, units.size) == ""
+    assert bar("total not finite", GIB, GIB, math.nan, units.size) == ""
+    assert bar("nothing measured", None, None, 1.0, units.percent) == ""
+    # against the card's whole, a used share alone is a bar
+    svg = svg_of(bar("cores", 0.14, None, 1.0, units.percent, width=100))
+    widths = {r.get("class"): float(r.get("width", "0")) for r in svg.iter(f"{SVG}rect")}
+    assert widths == {"total": 100.0, "allocated": 0.0, "used": 14.0}
+
+
 def points_of(svg: ET.Element) -> dict[str, list[tuple[float, float]]]:
     found = {}
     for group in svg.iter(f"{SVG}g"):
@@ -196,10 +210,11 @@ def test_series_differ_by_dash_not_colour_alone() -> None:
     assert [None if d is None else d.get("stroke-dasharray") for d in dashes] == [None, "6 3"]
 
 
-def test_an_empty_chart_says_so() -> None:
+def test_an_empty_chart_says_the_history_is_filling() -> None:
     svg = svg_of(line_chart([Series("used", [])], "memory", units.size))
     texts = [t.text for t in svg.iter(f"{SVG}text")]
-    assert texts == ["no data in the history yet"]
+    assert texts == [FILLING]
+    assert "history is filling" in FILLING
     assert svg.findtext(f"{SVG}desc") == "used: no data."
 
 

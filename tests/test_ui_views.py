@@ -33,6 +33,7 @@ from collector.tsdb.history import History
 from collector.views.cache import NodeCache
 from collector.views.chargeback import Chargeback, Window
 from collector.views.models import UsageReport
+from collector.web.ui import units
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.namespaces import Reports
 from collector.web.ui.workloads import WorkloadViews
@@ -258,10 +259,11 @@ async def test_workloads_pages_and_sorts_are_rests() -> None:
         _attrs, cells = filtered.rows[0]
         assert cells[4] == "HAMi vGPU"
         assert cells[5] == "4 GiB"
-        assert cells[6] == "1 GiB"
+        assert cells[6] == "1 GiB 25%"  # used, and its share of the allocation
         assert cells[7] == "25%"
-        assert "26.7 min" in cells[11]
-        assert "idle" in cells[11]
+        assert cells[8] == "20% 80%"  # SM utilisation, and its share of the 25 % given
+        assert "26.7 min" in cells[9]
+        assert "idle" in cells[9]
 
 
 async def test_a_pods_detail_charts_its_last_hour() -> None:
@@ -270,7 +272,7 @@ async def test_a_pods_detail_charts_its_last_hour() -> None:
         html = await page(http, "/workloads/ns-a/p")
         assert Rows(html).of("container") == ["one", "two"]
         assert html.count('class="chart line-chart"') == 4
-        assert "no data in the history yet" not in html
+        assert "history is filling" not in html
         assert "GPU-0001: latest 3 GiB" in html  # the chart's text alternative
         assert "ns-a/p container two: memory used" in html
         assert 'href="/api/v1/namespaces/ns-a/pods/p"' in html
@@ -376,6 +378,7 @@ async def test_a_tenant_sees_only_its_namespaces() -> None:
         detail = await page(http, "/nodes/n-001", tenant="ns-1")
         assert Rows(detail).of("pod") == ["b-1"]
         assert "80 GiB" not in detail  # the card's readings are the cluster's
+        assert "memory used by your vGPUs 1 GiB" in detail
         await page(http, "/nodes/n-002", tenant="ns-1", status=404)
         await page(http, "/workloads/ns-a/a-1", tenant="ns-1", status=404)
         groups = Rows(await page(http, "/namespaces", tenant="ns-1")).of("namespace")
@@ -424,3 +427,138 @@ async def test_a_stale_report_answers_while_the_next_is_made() -> None:
     await eventually(lambda: holds(slow.made == 2), what="the refresh")
     assert (await reports.get(3600.0, None)).end == 2
     await reports.stop()
+
+
+def bare_node(uuid: str, device_type: str | None, total: float | None) -> dict[bytes, float]:
+    """A card with its used memory, its total only where given, under ``device_type``."""
+    labels = [("device_index", "0"), ("device_uuid", uuid), ("zone", "vGPU")]
+    if device_type is not None:
+        labels.insert(1, ("device_type", device_type))
+    card = tuple(labels)
+    series = {labelsets.key("hami_host_gpu_memory_used_bytes", card): 10.0 * GIB}
+    if total is not None:
+        series[labelsets.key("hami_host_gpu_memory_total_bytes", card)] = total
+    return series
+
+
+def vgpu_series(
+    v: Vgpu, uuid: str, allocated: float | None, sm: float | None = 20.0
+) -> dict[bytes, float]:
+    """One vGPU's usage and allocation; ``allocated`` None: the pod holds no memory figure
+    (a whole card)."""
+    labels = labelsets.vgpu(v.namespace, v.pod, v.container, 0, uuid)
+    info = labelsets.container_info(v.namespace, v.pod, v.container, v.kind)
+    series = {
+        labelsets.key(schema.CONTAINER_MEMORY, labels): float(v.used),
+        labelsets.key(schema.CORE_ALLOCATED, labels): v.cores,
+        labelsets.key(schema.GPU_INFO, info): 1.0,
+    }
+    if sm is not None:
+        series[labelsets.key(schema.VGPU_UTILIZATION, labels)] = sm
+    if allocated is not None:
+        series[labelsets.key(schema.MEMORY_ALLOCATED, labels)] = allocated
+    return series
+
+
+async def test_unknown_values_read_as_a_dash_and_draw_no_bar() -> None:
+    """A card without a total, and a namespace of whole cards (no memory allocated): a dash,
+    no full bar; the totals say what they cover."""
+    whole = Vgpu("team-train", "llm", "trainer", used=96 * GIB, cores=1.0, kind="whole")
+    held = {
+        "known": batch(1, [Vgpu("ns-a", "p")]),
+        "unknown": Batch(
+            bare_node("GPU-U", "NVIDIA-NVIDIA H200", None) | vgpu_series(whole, "GPU-U", None),
+            samples=5,
+        ),
+    }
+    async with collector(held) as (_, http):
+        nodes = Rows(await page(http, "/nodes"))
+        row = {a["node"]: (a, cells) for a, cells in nodes.rows}
+        attrs, cells = row["unknown"]
+        assert attrs["memory-total-bytes"] == ""
+        assert cells[4] == units.MISSING  # of total
+        table = await page(http, "/nodes")
+        assert "<svg" not in table.split('data-node="unknown"', 1)[1].split("</tr>", 1)[0]
+        assert "<svg" in table.split('data-node="known"', 1)[1].split("</tr>", 1)[0]
+        listed = await rest(http, "/api/v1/nodes")
+        summary = next(n for n in listed["nodes"] if n["name"] == "unknown")
+        assert (summary["memory_total_bytes"], summary["memory_compared"]) == (None, None)
+
+        overview = await page(http, "/")
+        top = Rows(overview)
+        train = next(cells for a, cells in top.rows if a.get("namespace") == "team-train")
+        assert train[1] == units.MISSING  # allocated: none, not 0 B
+        assert train[3] == units.MISSING  # used of allocated: no bar
+        assert "used 10 GiB of 80 GiB on 1 of 2 cards; 1 card reports no total" in overview
+        assert "(they use 10 GiB)" in overview
+        assert "1 of 2 vGPUs with a memory allocation" in overview
+
+        detail = await page(http, "/nodes/unknown")
+        assert "total " + units.MISSING in detail
+        assert "memory used 10 GiB on the card; no card reports its memory total" in detail
+
+
+async def test_card_models_read_as_the_product_name_whatever_the_prefix() -> None:
+    """HAMi up to 2.7 doubles the vendor prefix, 2.8 and later write the NVML name, Volcano
+    prefixes ``NVIDIA-`` to it: every page shows the NVML name."""
+    held = {
+        "old": Batch(bare_node("GPU-O", "NVIDIA-NVIDIA H100 80GB HBM3", 80.0 * GIB), samples=2),
+        "new": Batch(bare_node("GPU-N", "NVIDIA H100 80GB HBM3", 80.0 * GIB), samples=2),
+        "volcano": Batch(bare_node("GPU-V", "NVIDIA-Tesla V100-PCIE-32GB", 32.0 * GIB), samples=2),
+    }
+    async with collector(held) as (_, http):
+        listed = {n["name"]: n for n in (await rest(http, "/api/v1/nodes"))["nodes"]}
+        assert listed["old"]["card_models"] == listed["new"]["card_models"]
+        assert listed["new"]["card_models"] == ["NVIDIA H100 80GB HBM3"]
+        assert listed["volcano"]["card_models"] == ["Tesla V100-PCIE-32GB"]
+        assert listed["old"]["card_types"] == ["NVIDIA-NVIDIA H100 80GB HBM3"]  # the label kept
+        table = await page(http, "/nodes")
+        assert "NVIDIA-NVIDIA" not in table
+        assert "NVIDIA-Tesla" not in table
+        for node, model in (("old", "NVIDIA H100 80GB HBM3"), ("volcano", "Tesla V100-PCIE-32GB")):
+            html = await page(http, f"/nodes/{node}")
+            assert f'<span class="muted">{model}</span>' in html
+            assert "NVIDIA-" not in html.split("<h2>", 1)[1].split("</h2>", 1)[0]
+
+
+async def test_a_card_allocated_past_its_size_says_why() -> None:
+    """Memory past the card (a scaled card), several whole-card grants (time-slicing), shares
+    past the whole card: each is what REST says and the page writes out."""
+    big = Vgpu("ns-a", "big", used=GIB, cores=0.6)
+    also = Vgpu("ns-a", "also", used=GIB, cores=0.6)
+    shared = [Vgpu("ns-b", f"replica-{i}", used=GIB, cores=1.0, kind="whole") for i in (1, 2)]
+    held = {
+        "over": Batch(
+            bare_node("GPU-A", "NVIDIA A100", 80.0 * GIB)
+            | vgpu_series(big, "GPU-A", 50.0 * GIB)
+            | vgpu_series(also, "GPU-A", 50.0 * GIB),
+            samples=7,
+        ),
+        "sliced": Batch(
+            bare_node("GPU-S", "NVIDIA A100", 80.0 * GIB)
+            | vgpu_series(shared[0], "GPU-S", None)
+            | vgpu_series(shared[1], "GPU-S", None),
+            samples=7,
+        ),
+    }
+    async with collector(held) as (_, http):
+        over = (await rest(http, "/api/v1/nodes/over"))["cards"][0]
+        assert over["memory_allocated_bytes"] == 100 * GIB
+        assert over["cores_allocated"] == 1.2
+        assert over["over_allocated"] == ["memory_oversubscribed", "cores_oversubscribed"]
+        sliced = (await rest(http, "/api/v1/nodes/sliced"))["cards"][0]
+        assert (sliced["memory_allocated_bytes"], sliced["cores_allocated"]) == (None, 2.0)
+        assert sliced["over_allocated"] == ["cores_time_shared"]
+        html = await page(http, "/nodes/over")
+        assert "125% of the card: oversubscribed" in html
+        assert "the core shares sum past the whole card" in html
+        assert "time-shared: several containers each given the whole card" in await page(
+            http, "/nodes/sliced"
+        )
+        # a container past its share says so; one within it does not
+        rows = Rows(await page(http, "/workloads?node=sliced"))
+        assert all(cells[8] == "20% 20%" for _, cells in rows.rows)
+        burst = {"b": batch(2, [Vgpu("ns-c", "hot", cores=0.1)])}
+    async with collector(burst) as (_, http):
+        ((_, cells),) = Rows(await page(http, "/workloads")).rows
+        assert cells[8] == "20% 200% burst past its share"

@@ -69,7 +69,9 @@ class Grant:
     """One device given to one container.
 
     ``memory`` is bytes and ``cores`` the share of the card's SMs (0-1); None
-    where the scheduler records none (a whole card's memory, a KAI fraction's).
+    where the scheduler records none (a whole card's memory, a KAI fraction's, a
+    MIG instance's: the allocation source takes a MIG instance's from its node
+    agent's NVML reading, :mod:`collector.sources.allocation_series`).
     ``device_uuid`` is empty where the object does not name the card.
     """
 

@@ -10,10 +10,12 @@ allocated`` joins one to one.
 
 This source reads the store as well as the directory, which no other source
 does: a vGPU that no monitor or agent reports yet gets a stand-in usage of 0,
-and ``hami_container_idle_seconds`` is the usage's seconds since the last
-kernel, or the time since the pod started where no kernel ever ran. Both need
-to know what the real sources say; only the other sources' batches are read,
-never this source's own.
+``hami_container_idle_seconds`` is the usage's seconds since the last
+kernel, or the time since the pod started where no kernel ever ran, and a MIG
+instance's allocated memory is the instance's memory as its node agent reads it
+(``hami_mig_memory_total_bytes``: the pod object names only the profile). These
+need to know what the real sources say; only the other sources' batches are
+read, never this source's own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 from collector.normalise import labelsets, schema
 from collector.normalise.allocation import Grant
 from collector.normalise.batch import Batch, Source
+from collector.normalise.labelsets import key_labels
 from collector.normalise.schema import SourceKind
 from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import Holding, PodDirectory, PodRef
@@ -159,10 +162,12 @@ class _VgpuKeys:
 
 @dataclass(frozen=True, slots=True)
 class _PodKeys:
-    """A pod's series keys, made once per pod version: the fixed series, and each vGPU's."""
+    """A pod's series keys, made once per pod version: the fixed series, each vGPU's, and
+    each MIG instance's allocated memory key with the instance's UUID."""
 
     fixed: tuple[tuple[bytes, float], ...]
     vgpus: tuple[_VgpuKeys, ...]
+    migs: tuple[tuple[bytes, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +221,16 @@ def node_batch(
     """The allocation series of one node's pods, given the node's real series."""
     cache = cache or KeyCache()
     series: dict[bytes, float] = {}
+    instances: Mapping[str, float] | None = None
     for holding in held:
         keys = cache.keys(holding)
         series.update(keys.fixed)
+        for allocated, mig_uuid in keys.migs:
+            if instances is None:
+                instances = mig_memory(real)
+            memory = instances.get(mig_uuid)
+            if memory is not None:
+                series[allocated] = memory
         started = holding.pod.started
         for vgpu in keys.vgpus:
             if vgpu.limit is not None and vgpu.limit[0] in real:
@@ -234,8 +246,24 @@ def node_batch(
     return Batch(series, samples=len(series), families=schema.ALLOCATION_FAMILIES)
 
 
+_MIG_TOTAL = schema.MIG_MEMORY_TOTAL.encode() + b"{"
+
+
+def mig_memory(real: Mapping[bytes, float]) -> Mapping[str, float]:
+    """Each MIG instance's memory on the node (by MIG UUID, cut as a ``device_uuid`` is), as
+    its agent reads it through NVML. Read only for a node with MIG grants: it looks at every key of the node."""
+    found: dict[str, float] = {}
+    for key, value in real.items():
+        if key.startswith(_MIG_TOTAL):
+            uuid = dict(key_labels(key)[1]).get("mig_uuid")
+            if uuid:
+                found[labelsets.device_uuid(uuid)] = value  # as a grant's UUID is cut
+    return found
+
+
 def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
     fixed: list[tuple[bytes, float]] = []
+    migs: list[tuple[bytes, str]] = []
     for kind, container in sorted({(g.kind, g.container) for g in grants}):
         info = labelsets.container_info(namespace, pod, container, kind)
         fixed.append((labelsets.key(schema.GPU_INFO, info), 1.0))
@@ -249,6 +277,8 @@ def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
         )
         if grant.memory is not None:
             fixed.append((allocated, grant.memory))
+        elif grant.kind == "mig" and grant.device_uuid:
+            migs.append((allocated, labelsets.device_uuid(grant.device_uuid)))
         if grant.cores is not None:
             fixed.append((cores, grant.cores))
         if grant.kind not in (
@@ -257,4 +287,4 @@ def _pod_keys(namespace: str, pod: str, grants: tuple[Grant, ...]) -> _PodKeys:
         ):  # no HAMi-core region: neither usage to stand in for nor kernels
             own_limit = None if grant.memory is not None else (limit, allocated)
             vgpus.append(_VgpuKeys(tuple(stand_ins), last_kernel, idle, own_limit))
-    return _PodKeys(tuple(fixed), tuple(vgpus))
+    return _PodKeys(tuple(fixed), tuple(vgpus), tuple(migs))

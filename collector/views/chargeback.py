@@ -12,6 +12,12 @@ Each step stands for the step before it: the window covered is
 ``rules/hami-usage.rules.yaml`` records the same per-step sums for
 Prometheus; summed over a window and multiplied by the evaluation interval,
 they give the same numbers (tests/test_chargeback.py checks it).
+
+Memory used counts every vGPU the collector attributes, as the read model
+does (:attr:`~collector.views.usage.ContainerReading.memory_used`): HAMi-core's
+reading where there is one, else the container's device memory, which is all
+NVML's per-process view gives a whole card, a MIG instance or a DRA claim
+without HAMi-core (:data:`MEMORY_USED`).
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import cast
 
+from collector.normalise import schema
 from collector.promql.engine import Engine, Queries
 from collector.promql.params import parse_time
 from collector.promql.query import MAX_POINTS_PER_SERIES
@@ -38,9 +46,13 @@ GROUPS: Mapping[str, tuple[str, ...]] = {
     "pod": ("namespace", "pod"),
     "node": ("node",),
 }
+MEMORY_USED = f"{schema.VGPU_MEMORY_USED} or {schema.CONTAINER_MEMORY}"
+"""The memory each attributed vGPU uses: HAMi-core's ``hami_vgpu_memory_used_bytes`` where it
+exists, else ``hami_container_device_memory_bytes`` (the two carry the same labels, so ``or``
+takes one per vGPU)."""
 MEASURES: Mapping[str, str] = {
     "memory_allocated": "sum by ({by}) (hami_vgpu_memory_allocated_bytes)",
-    "memory_used": "sum by ({by}) (hami_vgpu_memory_used_bytes)",
+    "memory_used": f"sum by ({{by}}) ({MEMORY_USED})",
     "cores_allocated": "sum by ({by}) (hami_vgpu_core_allocated_ratio)",
     "cores_used": "sum by ({by}) (hami_container_device_utilization_ratio) / 100",
     "cores_idle": (
@@ -126,28 +138,34 @@ class Chargeback:
 def _report(
     by: str, labels: tuple[str, ...], window: Window, results: list[list[RangeSeries]]
 ) -> UsageReport:
-    totals: dict[tuple[str, ...], list[float]] = {}
+    totals: dict[tuple[str, ...], list[float | None]] = {}
     seen: list[float] = []
     for slot, series_list in enumerate(results):
         for series in series_list:
             group = tuple(series.labels.get(name, "") for name in labels)
-            row = totals.setdefault(group, [0.0] * len(MEASURES))
-            row[slot] += sum(v for _, v in series.points if math.isfinite(v))
+            row = totals.setdefault(group, [None] * len(MEASURES))
+            points = [v for _, v in series.points if math.isfinite(v)]
+            if points:
+                row[slot] = (row[slot] or 0.0) + sum(points)
             if series.points:
                 seen += (series.points[0][0], series.points[-1][0])
     hours = window.step / _HOURS
+
+    def held(value: float | None) -> float | None:
+        return None if value is None else value * hours
+
     groups = [
         UsageGroup(
             labels=dict(zip(labels, group, strict=True)),
-            memory_allocated_byte_hours=row[0] * hours,
-            memory_used_byte_hours=row[1] * hours,
-            cores_allocated_core_hours=row[2] * hours,
-            cores_used_core_hours=row[3] * hours,
-            idle_share=row[4] / row[2] if row[2] > 0 else None,
+            memory_allocated_byte_hours=held(row[0]),
+            memory_used_byte_hours=held(row[1]),
+            cores_allocated_core_hours=held(row[2]),
+            cores_used_core_hours=held(row[3]),
+            idle_share=(row[4] or 0.0) / row[2] if row[2] else None,
         )
         for group, row in totals.items()
     ]
-    groups.sort(key=lambda g: (-g.memory_allocated_byte_hours, sorted(g.labels.items())))
+    groups.sort(key=lambda g: (-(g.memory_allocated_byte_hours or -1.0), sorted(g.labels.items())))
     start = min(seen) - window.step if seen else window.first - window.step
     return UsageReport(
         by=by,
@@ -160,18 +178,49 @@ def _report(
     )
 
 
+CSV_DECIMALS: Mapping[str, int] = {
+    "memory_allocated_byte_hours": 0,
+    "memory_used_byte_hours": 0,
+    "cores_allocated_core_hours": 6,
+    "cores_used_core_hours": 6,
+    "idle_share": 4,
+}
+"""Decimals each measure keeps in the CSV: a byte-hour is a billionth of a GiB-hour, a
+millionth of a card-hour is 3.6 ms of a whole card, a ten-thousandth of a share 0.01 %.
+Nothing a bill reads is lost, and a spreadsheet shows no float noise (the JSON keeps every
+digit)."""
+
+
 def to_csv(report: UsageReport) -> str:
-    """One row per group: its labels, the measures, the idle share, the window."""
+    """One row per group: its labels, the measures (rounded as :data:`CSV_DECIMALS` says),
+    the idle share, and the window's start and end in RFC 3339 (UTC)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     names = list(GROUPS[report.by])
     measures = [f for f in UsageGroup.model_fields if f != "labels"]
     writer.writerow([*names, *measures, "start", "end"])
+    window = [rfc3339(report.start), rfc3339(report.end)]
     for group in report.groups:
-        values = [getattr(group, f) for f in measures]
-        cells = ["" if v is None else repr(v) for v in values]
-        writer.writerow([*(group.labels[n] for n in names), *cells, report.start, report.end])
+        cells = [_rounded(getattr(group, f), CSV_DECIMALS[f]) for f in measures]
+        writer.writerow([*(group.labels[n] for n in names), *cells, *window])
     return out.getvalue()
+
+
+def _rounded(value: float | None, decimals: int) -> str:
+    """``value`` to ``decimals`` places, without trailing zeros; empty for None."""
+    if value is None:
+        return ""
+    text = f"{value:.{decimals}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text in ("-0", "") else text
+
+
+def rfc3339(seconds: float) -> str:
+    """A Unix time in RFC 3339, UTC: ``2026-12-02T08:00:15Z``, with milliseconds when the
+    time has a fraction of a second (a step of 0.5 s)."""
+    moment = datetime.fromtimestamp(seconds, UTC)
+    spec = "seconds" if moment.microsecond == 0 else "milliseconds"
+    return moment.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 def _time(text: str, name: str) -> float:

@@ -58,15 +58,41 @@ class CardUtilization(_Model):
     utilization_percent: float | None = Field(description="0-100; null when unknown")
 
 
+class MemoryCompared(_Model):
+    """The memory of the cards that report both their used memory and their total: the
+    figures that used / total may compare."""
+
+    cards: int = Field(description="cards reporting both")
+    used_bytes: int = Field(description="their used memory")
+    total_bytes: int = Field(description="their memory")
+    allocated_bytes: int | None = Field(
+        description="memory allocated to the vGPUs on those cards; null when none has a memory"
+        " allocation"
+    )
+
+
 class NodeSummary(_Model):
-    """One node at a glance."""
+    """One node at a glance. Each sum says which cards it covers: a card that reports no
+    value counts in no sum (and never as 0)."""
 
     name: str
     card_count: int = Field(description="physical cards reported")
     card_types: list[str] = Field(description="distinct device_type values, sorted")
-    memory_used_bytes: int | None = Field(description="sum of the cards' used memory")
+    card_models: list[str] = Field(
+        description="the distinct card models as a person reads them (the NVML name, whatever"
+        " vendor prefix device_type carries), sorted"
+    )
+    memory_used_bytes: int | None = Field(
+        description="sum of the used memory of the cards that report it; null when none does"
+    )
+    memory_used_cards: int = Field(description="cards that memory_used_bytes covers")
     memory_total_bytes: int | None = Field(
-        description="sum of the cards' memory; null unless every card reports its total"
+        description="sum of the memory of the cards that report their total (from NVML or the"
+        " scheduler's records); null when none does"
+    )
+    memory_total_cards: int = Field(description="cards that memory_total_bytes covers")
+    memory_compared: MemoryCompared | None = Field(
+        description="the cards that report both used and total memory; null when none does"
     )
     utilization: list[CardUtilization] = Field(description="per card, by index")
     utilization_average_percent: float | None = Field(
@@ -148,6 +174,10 @@ class ContainerRow(ContainerUsage, _OnNode):
     """One vGPU of one container, with the node it runs on."""
 
 
+OverAllocation = Literal["memory_oversubscribed", "cores_time_shared", "cores_oversubscribed"]
+"""Why the allocations on a card add up to more than the card."""
+
+
 class CardUsage(_Model):
     """One physical card, with the vGPU containers whose device_uuid is its UUID."""
 
@@ -163,6 +193,21 @@ class CardUsage(_Model):
     memory_controller_utilization_percent: float | None
     temperature_celsius: float | None = Field(description="from node agents only")
     power_watts: float | None = Field(description="from node agents only")
+    memory_allocated_bytes: int | None = Field(
+        description="memory allocated to its containers, summed; null when none has a memory"
+        " allocation"
+    )
+    cores_allocated: float | None = Field(
+        description="shares of its cores allocated to its containers, summed (1: the whole"
+        " card); null when none has a share"
+    )
+    over_allocated: list[OverAllocation] = Field(
+        description="why the allocations exceed the card, if they do:"
+        " memory_oversubscribed (more memory allocated than the card has: the scheduler"
+        " scales the card's memory, as HAMi's deviceMemoryScaling does),"
+        " cores_time_shared (several containers each given the whole card: time-slicing),"
+        " cores_oversubscribed (shares summing past the whole card)"
+    )
     containers: list[ContainerUsage]
 
 
@@ -195,8 +240,18 @@ class PodDetail(_Model):
     namespace: str
     pod: str
     nodes: list[str] = Field(description="nodes reporting the pod (one, but for a moved pod)")
-    memory_used_bytes: int = Field(description="sum over the pod's vGPUs")
-    memory_limit_bytes: int = Field(description="sum over the pod's vGPUs")
+    vgpu_count: int = Field(description="the pod's container vGPUs")
+    memory_used_bytes: int | None = Field(
+        description="sum over the vGPUs that report their used memory; null when none does"
+    )
+    memory_used_vgpus: int = Field(description="vGPUs that memory_used_bytes covers")
+    memory_limit_bytes: int | None = Field(
+        description="sum over the vGPUs that report a limit; null when none does"
+    )
+    memory_allocated_bytes: int | None = Field(
+        description="sum over the vGPUs with a memory allocation; null when none has one"
+    )
+    memory_allocated_vgpus: int = Field(description="vGPUs that memory_allocated_bytes covers")
     containers: list[ContainerRow]
 
 
@@ -219,12 +274,21 @@ class UsageGroup(_Model):
     """What one namespace, pod or node was allocated and used over the window."""
 
     labels: dict[str, str] = Field(description="the group: {namespace}, {namespace, pod} or {node}")
-    memory_allocated_byte_hours: float = Field(description="vGPU memory allocated x hours held")
-    memory_used_byte_hours: float = Field(description="vGPU memory used x hours")
-    cores_allocated_core_hours: float = Field(
-        description="card shares allocated x hours (a 25% vGPU for an hour: 0.25)"
+    memory_allocated_byte_hours: float | None = Field(
+        description="vGPU memory allocated x hours held; null when none of the group's vGPUs"
+        " had a memory allocation in the window (whole cards have none)"
     )
-    cores_used_core_hours: float = Field(description="SM utilisation (share of a card) x hours")
+    memory_used_byte_hours: float | None = Field(
+        description="vGPU memory used x hours, every attributed vGPU counted (HAMi-core's"
+        " reading, else the container's device memory from NVML); null when none reported"
+    )
+    cores_allocated_core_hours: float | None = Field(
+        description="card shares allocated x hours (a 25% vGPU for an hour: 0.25); null when"
+        " none had a share"
+    )
+    cores_used_core_hours: float | None = Field(
+        description="SM utilisation (share of a card) x hours; null when none reported one"
+    )
     idle_share: float | None = Field(
         description="share of the allocated core-hours held by vGPUs without a kernel for"
         " over 5 minutes; null without allocated cores"
@@ -241,7 +305,9 @@ class UsageReport(_Model):
     requested_start: float
     requested_end: float
     step_seconds: float = Field(description="each point of the history counts for this long")
-    groups: list[UsageGroup] = Field(description="by allocated memory, largest first")
+    groups: list[UsageGroup] = Field(
+        description="by allocated memory, largest first (groups without a memory allocation last)"
+    )
 
 
 class ApiError(Exception):

@@ -19,8 +19,10 @@ from collector.views.models import (
     ContainerUsage,
     NodeDetail,
     NodeSummary,
+    OverAllocation,
+    PodDetail,
 )
-from collector.views.usage import ContainerReading, NodeUsage
+from collector.views.usage import CardReading, ContainerReading, NodeUsage
 
 _TIMELY = {"data_age_seconds", "health"}
 
@@ -113,8 +115,19 @@ class Presented:
                 "name": view.node,
                 "card_count": len(usage.cards),
                 "card_types": usage.card_types,
+                "card_models": usage.card_models,
                 "memory_used_bytes": usage.memory_used,
+                "memory_used_cards": usage.memory_used_cards,
                 "memory_total_bytes": usage.memory_total,
+                "memory_total_cards": usage.memory_total_cards,
+                "memory_compared": None
+                if usage.compared is None
+                else {
+                    "cards": usage.compared.cards,
+                    "used_bytes": usage.compared.used,
+                    "total_bytes": usage.compared.total,
+                    "allocated_bytes": usage.compared.allocated,
+                },
                 "utilization": [
                     {
                         "index": c.device_index,
@@ -210,24 +223,81 @@ class Presented:
         for reading in self.usage.containers:
             by_card.get(reading.device_uuid, unmatched).append(container_usage(reading))
         cards = [
-            CardUsage(
-                index=c.device_index,
-                device_uuid=c.device_uuid,
-                device_type=c.device_type,
-                model=None if c.device_type is None else labelsets.card_model(c.device_type),
-                memory_used_bytes=c.memory_used,
-                memory_total_bytes=c.memory_total,
-                utilization_percent=c.utilization,
-                memory_controller_utilization_percent=c.memory_controller_utilization,
-                temperature_celsius=c.temperature,
-                power_watts=c.power,
-                containers=by_card.get(c.device_uuid, []) if c.device_uuid else [],
-            )
+            card_usage(c, by_card.get(c.device_uuid, []) if c.device_uuid else [])
             for c in self.usage.cards
         ]
         return NodeDetail(
             generation=generation, node=summary, cards=cards, unmatched_containers=unmatched
         )
+
+
+def card_usage(card: CardReading, containers: list[ContainerUsage]) -> CardUsage:
+    """The API form of a card with its containers, and what they were allocated on it."""
+    memory = [c.memory_allocated_bytes for c in containers if c.memory_allocated_bytes is not None]
+    cores = [c.cores_allocated for c in containers if c.cores_allocated is not None]
+    allocated = sum(memory) if memory else None
+    shares = sum(cores) if cores else None
+    return CardUsage(
+        index=card.device_index,
+        device_uuid=card.device_uuid,
+        device_type=card.device_type,
+        model=None if card.device_type is None else labelsets.card_model(card.device_type),
+        memory_used_bytes=card.memory_used,
+        memory_total_bytes=card.memory_total,
+        utilization_percent=card.utilization,
+        memory_controller_utilization_percent=card.memory_controller_utilization,
+        temperature_celsius=card.temperature,
+        power_watts=card.power,
+        memory_allocated_bytes=allocated,
+        cores_allocated=shares,
+        over_allocated=over_allocated(allocated, card.memory_total, cores),
+        containers=containers,
+    )
+
+
+WHOLE_CARD = 1 - 1e-9
+"""A core share at least this is the whole card (shares are sums of floats)."""
+
+
+def over_allocated(
+    memory: int | None, total: int | None, cores: list[float]
+) -> list[OverAllocation]:
+    """Why a card's allocations exceed it: more memory than it has (the scheduler scales
+    it, as HAMi's ``deviceMemoryScaling`` does), several containers each given the whole
+    card (time-slicing), or shares summing past the whole card."""
+    found: list[OverAllocation] = []
+    if memory is not None and total is not None and memory > total:
+        found.append("memory_oversubscribed")
+    if sum(cores) > 1 + 1e-9:
+        whole = sum(1 for share in cores if share >= WHOLE_CARD)
+        found.append("cores_time_shared" if whole >= 2 else "cores_oversubscribed")
+    return found
+
+
+def _known_sum(values: list[int | None]) -> tuple[int | None, int]:
+    """The sum of the known values (None when none is) and how many there are."""
+    known = [v for v in values if v is not None]
+    return (sum(known) if known else None), len(known)
+
+
+def pod_detail(generation: int, namespace: str, pod: str, rows: list[ContainerRow]) -> PodDetail:
+    """One pod's vGPUs and their sums, each over the vGPUs that report it."""
+    used, used_count = _known_sum([r.memory_used_bytes for r in rows])
+    limit, _ = _known_sum([r.memory_limit_bytes for r in rows])
+    allocated, allocated_count = _known_sum([r.memory_allocated_bytes for r in rows])
+    return PodDetail(
+        generation=generation,
+        namespace=namespace,
+        pod=pod,
+        nodes=sorted({r.node for r in rows}),
+        vgpu_count=len(rows),
+        memory_used_bytes=used,
+        memory_used_vgpus=used_count,
+        memory_limit_bytes=limit,
+        memory_allocated_bytes=allocated,
+        memory_allocated_vgpus=allocated_count,
+        containers=rows,
+    )
 
 
 class TenantView:
@@ -248,8 +318,12 @@ class TenantView:
             name=presented.usage.node,
             card_count=0,
             card_types=[],
+            card_models=[],
             memory_used_bytes=sum(used) if used else None,
+            memory_used_cards=0,
             memory_total_bytes=None,
+            memory_total_cards=0,
+            memory_compared=None,
             utilization=[],
             utilization_average_percent=None,
             container_count=len({(c.namespace, c.pod, c.container) for c in self.containers}),
@@ -276,6 +350,9 @@ class TenantView:
                 memory_controller_utilization_percent=None,
                 temperature_celsius=None,
                 power_watts=None,
+                memory_allocated_bytes=None,
+                cores_allocated=None,
+                over_allocated=[],
                 containers=containers,
             )
             for uuid, containers in sorted(by_card.items())

@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 
 from collector.normalise import schema
 from collector.normalise.batch import Series
-from collector.normalise.labelsets import key_labels
+from collector.normalise.labelsets import card_model, key_labels
 from collector.store.latest import NodeView
 
 _CARD_SLOTS: Final[Mapping[bytes, int]] = {
@@ -41,6 +41,8 @@ _CONTAINER_FAMILIES: Final = (
 _CONTAINER_SLOTS: Final[Mapping[bytes, int]] = {
     family.encode(): slot for slot, family in enumerate(_CONTAINER_FAMILIES)
 }
+
+_ALLOCATED_SLOT: Final = _CONTAINER_SLOTS[schema.MEMORY_ALLOCATED.encode()]
 
 _CARD_READINGS: Final = tuple(reading for reading, _ in schema.CARD_READINGS)
 _VGPU_READINGS: Final = (
@@ -115,6 +117,17 @@ class ContainerReading(NamedTuple):
     """Joules since the node's agent started (NVML's process view)."""
 
 
+class Compared(NamedTuple):
+    """The memory of the cards that report both their used memory and their total: the
+    figures a ratio of used to total may compare (``allocated``: what the vGPUs on those
+    cards were given, None when none has a memory allocation)."""
+
+    cards: int
+    used: int
+    total: int
+    allocated: int | None
+
+
 class Shape:
     """What a node's key set says, values aside: its cards, its containers, and their keys.
 
@@ -178,14 +191,23 @@ class NodeUsage:
     ``newest`` is the monotonic time of the newest batch that fed the view (:func:`_newest`);
     ``reported`` whether a monitor or agent feeds it (not the pod watch alone).
     ``containers`` is read from the view on first use.
+
+    Each memory sum says what it covers: ``memory_used`` sums the ``memory_used_cards``
+    cards that report their used memory, ``memory_total`` the ``memory_total_cards`` that
+    report a total (whichever source gave it), each None when no card does; ``compared``
+    holds the cards that report both (None when none does).
     """
 
     __slots__ = (
         "_containers",
+        "card_models",
         "card_types",
         "cards",
+        "compared",
         "memory_total",
+        "memory_total_cards",
         "memory_used",
+        "memory_used_cards",
         "newest",
         "reported",
         "shape",
@@ -202,8 +224,12 @@ class NodeUsage:
         totals = [c.memory_total for c in self.cards if c.memory_total is not None]
         utils = [c.utilization for c in self.cards if c.utilization is not None]
         self.card_types = tuple(sorted({c.device_type for c in self.cards if c.device_type}))
+        self.card_models = tuple(sorted({card_model(t) for t in self.card_types}))
         self.memory_used = sum(used) if used else None
-        self.memory_total = sum(totals) if totals and len(totals) == len(self.cards) else None
+        self.memory_used_cards = len(used)
+        self.memory_total = sum(totals) if totals else None
+        self.memory_total_cards = len(totals)
+        self.compared = _compared(self.cards, shape, values)
         self.utilization_average = sum(utils) / len(utils) if utils else None
         self.newest = _newest(view)
         self.reported = any(h.source.kind not in schema.WATCH_KINDS for h in view.sources)
@@ -243,6 +269,29 @@ class NodeUsage:
                 _container(labels, places, values) for labels, places in self.shape.containers
             )
         return self._containers
+
+
+def _compared(
+    cards: Sequence[CardReading], shape: Shape, packed: Sequence[float]
+) -> Compared | None:
+    """The cards that report used and total memory, and the memory allocated on them (read
+    by place from the containers' keys: the summary builds no container reading)."""
+    both = [c for c in cards if c.memory_used is not None and c.memory_total is not None]
+    if not both:
+        return None
+    uuids = {c.device_uuid for c in both if c.device_uuid}
+    allocated = [
+        packed[place]
+        for labels, places in shape.containers
+        if labels[4] in uuids and (place := places[_ALLOCATED_SLOT]) is not None
+    ]
+    known = [v for v in allocated if math.isfinite(v)]
+    return Compared(
+        len(both),
+        sum(c.memory_used or 0 for c in both),
+        sum(c.memory_total or 0 for c in both),
+        int(sum(known)) if known else None,
+    )
 
 
 def _newest(view: NodeView) -> float:

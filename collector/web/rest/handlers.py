@@ -28,10 +28,9 @@ from collector.views.models import (
     ApiError,
     ContainerRow,
     NodeList,
-    PodDetail,
     ShardInfo,
 )
-from collector.views.presented import Presented, TenantView, container_row
+from collector.views.presented import Presented, TenantView, container_row, pod_detail
 from collector.views.usage import ContainerReading
 from collector.web.rest.endpoints import (
     ENDPOINTS,
@@ -215,16 +214,7 @@ class RestApi:
                 rows.extend(container_row(node, c) for c in presented.pod(namespace, pod))
         if not rows:
             raise ApiError(404, "not_found", f"no pod {namespace}/{pod} has vGPU data")
-        body = PodDetail(
-            generation=store.generation,
-            namespace=namespace,
-            pod=pod,
-            nodes=sorted({r.node for r in rows}),
-            memory_used_bytes=sum(r.memory_used_bytes or 0 for r in rows),
-            memory_limit_bytes=sum(r.memory_limit_bytes or 0 for r in rows),
-            containers=rows,
-        )
-        return _json(body)
+        return _json(pod_detail(store.generation, namespace, pod, rows))
 
     async def shards(self, request: web.Request) -> web.Response:
         """``GET /api/v1/shards``."""

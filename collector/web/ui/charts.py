@@ -29,6 +29,8 @@ DASHES = ("", "6 3", "2 2", "8 2 2 2")
 """Each series' stroke: colour and dash pattern (the dash tells series apart without colour)."""
 
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 70, 12, 10, 34
+FILLING = "the history is filling: no point yet"
+"""What a line chart with no point says (right after start, the history holds none)."""
 _TIME_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -80,7 +82,7 @@ def line_chart(
     The value axis runs from 0 to ``top`` (default: a round number at or above
     the largest value; ``binary``: round in powers of 1024, for bytes, so the
     axis tops at 20 GiB or 2 TiB rather than 25 GB). Finite points only; with
-    none, the frame says so.
+    none, the frame says the history is filling (:data:`FILLING`).
     """
     lines = [Series(s.name, [(t, v) for t, v in s.points if math.isfinite(v)]) for s in series]
     every = [p for s in lines for p in s.points]
@@ -98,7 +100,7 @@ def line_chart(
     if not every:
         out.append(
             f'<text class="empty" x="{_f(MARGIN_LEFT + plot_w / 2)}" y="{_f(MARGIN_TOP + plot_h / 2)}"'
-            ' text-anchor="middle" fill="#6b7280">no data in the history yet</text></svg>'
+            f' text-anchor="middle" fill="#6b7280">{FILLING}</text></svg>'
         )
         return Markup("".join(out))
     first = min(t for t, _ in every)
@@ -190,14 +192,24 @@ def bar(
     width: int = 240,
     height: int = 16,
 ) -> Markup:
-    """Used against allocated against the total, as nested bars.
+    """Used against allocated against the total, as nested bars; nothing (empty markup)
+    where there is nothing to measure against.
 
-    The scale's end is the total, or the larger of allocated and used when the
-    total is unknown or smaller (an overcommitted card): each bar's length is
-    its value's share of that end. The title says all three in ``unit``.
+    A bar is measured against the total, or, where the caller has no total to give
+    (``total`` None), against the allocation. When that is unknown or none (0),
+    or neither used nor allocated is known, no bar is drawn: a value no source
+    sent, or an allocation of nothing, is no full bar. The scale's end is the larger of that reference and the other
+    values (an overcommitted card's allocation reaches past its total): each
+    bar's length is its value's share of that end. The title says all three in
+    ``unit``.
     """
+    reference = total if total is not None else allocated
+    if reference is None or not math.isfinite(reference) or reference <= 0:
+        return Markup("")
+    if not any(v is not None and math.isfinite(v) for v in (used, allocated)):
+        return Markup("")  # nothing to draw against the reference
     values = [v for v in (total, allocated, used) if v is not None and math.isfinite(v) and v > 0]
-    end = max(values) if values else 1.0
+    end = max(values)
 
     def length(value: float | None) -> float:
         if value is None or not math.isfinite(value) or value <= 0:

@@ -34,6 +34,12 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .card { border: 1px solid #d8dbe0; border-radius: 4px; padding: .5em .8em; min-width: 9em; }
 .card .value { font-size: 1.35em; font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .label { color: #4b5563; font-size: .9em; }
+.card .coverage { color: #6b7280; font-size: .8em; max-width: 24em; }
+.over { color: #a51d2d; font-weight: 600; }
+td .over { display: block; white-space: normal; }
+table.workloads th, table.containers th { white-space: normal; }
+td.name { overflow-wrap: anywhere; } td.node { white-space: nowrap; }
+.uuid { overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: 12px; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.2em; }
 .state { display: inline-block; border-radius: 3px; padding: 0 .4em; font-weight: 600; font-size: .85em; }
 .state-ok, .state-busy, .state-up, .state-synced, .state-ready, .state-serving { background: #d7f5dd; color: #1d6b2f; }

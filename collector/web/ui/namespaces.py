@@ -56,18 +56,21 @@ PAGE = template("""
 <tbody>
 {%- for g in page.rows %}
 {%- set name = g.labels.get('namespace', '') %}
-<tr class="namespace" data-namespace="{{ name }}" data-memory-allocated-byte-hours="{{ g.memory_allocated_byte_hours }}">
+<tr class="namespace" data-namespace="{{ name }}" {{ known('memory-allocated-byte-hours', g.memory_allocated_byte_hours) }} {{ known('memory-used-byte-hours', g.memory_used_byte_hours) }} {{ known('cores-allocated-core-hours', g.cores_allocated_core_hours) }} {{ known('cores-used-core-hours', g.cores_used_core_hours) }} {{ known('idle-share', g.idle_share) }}>
 <td><a href="/workloads?namespace={{ segment(name) }}">{{ name }}</a></td>
-<td>{{ bar('memory of ' ~ name, g.memory_used_byte_hours, g.memory_allocated_byte_hours, None, units.byte_hours) }}</td>
+<td>{{ bar('memory of ' ~ name, g.memory_used_byte_hours, g.memory_allocated_byte_hours, None, units.byte_hours) or units.MISSING }}</td>
 <td class="num memory-allocated">{{ g.memory_allocated_byte_hours|byte_hours }}</td>
 <td class="num memory-used">{{ g.memory_used_byte_hours|byte_hours }}</td>
-<td>{{ bar('cores of ' ~ name, g.cores_used_core_hours, g.cores_allocated_core_hours, None, units.core_hours) }}</td>
+<td>{{ bar('cores of ' ~ name, g.cores_used_core_hours, g.cores_allocated_core_hours, None, units.core_hours) or units.MISSING }}</td>
 <td class="num">{{ g.cores_allocated_core_hours|core_hours }}</td>
 <td class="num">{{ g.cores_used_core_hours|core_hours }}</td>
 <td class="num">{{ g.idle_share|percent }}{% if g.idle_share %} idle{% endif %}</td>
 </tr>
 {%- endfor %}
 </tbody></table>
+<p class="muted">Memory used counts every vGPU the collector attributes: HAMi-core's reading, else
+the container's device memory as NVML sees it (whole cards, MIG instances). A namespace with no
+allocation of memory or cores in the window reads {{ units.MISSING }} there and draws no bar.</p>
 {{ pager }}
 """)
 

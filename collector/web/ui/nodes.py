@@ -22,7 +22,8 @@ from collector.views.listing import NODE_SORT_FIELDS
 from collector.views.models import CardUsage, ContainerUsage, NodeSummary
 from collector.views.presented import Presented, TenantView
 from collector.views.usage import NodeUsage
-from collector.web.ui import layout
+from collector.web.ui import layout, units
+from collector.web.ui.coverage import Memory, coverage
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.listing import Page, ViewError, ViewQuery, check_names, page_of, view_query
@@ -47,18 +48,20 @@ LIST = template("""
 </tr></thead>
 <tbody>
 {%- for n in page.rows %}
-<tr class="node" data-node="{{ n.name }}" data-memory-used-bytes="{{ n.memory_used_bytes if n.memory_used_bytes is not none else '' }}">
+{%- set c = n.memory_compared %}
+<tr class="node" data-node="{{ n.name }}" data-card-count="{{ n.card_count }}" {{ known('memory-used-bytes', n.memory_used_bytes) }} data-memory-used-cards="{{ n.memory_used_cards }}" {{ known('memory-total-bytes', n.memory_total_bytes) }} data-memory-total-cards="{{ n.memory_total_cards }}">
 <td><a href="/nodes/{{ segment(n.name) }}">{{ n.name }}</a></td>
 <td><span class="state state-{{ n.health }}">{{ n.health }}</span></td>
-<td class="num">{{ n.card_count|count }}{% if n.card_types %} <span class="muted">{{ n.card_types|join(', ') }}</span>{% endif %}</td>
-<td class="num memory-used">{{ bar('memory of ' ~ n.name, n.memory_used_bytes, None, n.memory_total_bytes, units.size) }} {{ n.memory_used_bytes|size }}</td>
-<td class="num">{{ n.memory_total_bytes|size }}</td>
+<td class="num">{{ n.card_count|count }}{% if n.card_models %} <span class="muted">{{ n.card_models|join(', ') }}</span>{% endif %}</td>
+<td class="num memory-used">{% if c %}{{ bar('memory of ' ~ n.name ~ ' (' ~ c.cards ~ ' cards reporting used and total)', c.used_bytes, None, c.total_bytes, units.size) }} {% endif %}{{ n.memory_used_bytes|size }}{{ cards_of(n.memory_used_cards, n.card_count) }}</td>
+<td class="num">{{ n.memory_total_bytes|size }}{{ cards_of(n.memory_total_cards, n.card_count) }}</td>
 <td class="num">{{ n.utilization_average_percent|percent_100 }}</td>
 <td class="num">{{ n.container_count|count }}</td>
 <td class="num">{{ n.data_age_seconds|duration }}</td>
 </tr>
 {%- endfor %}
 </tbody></table>
+<p class="muted">Each sum covers the cards that report it: "on 6/8 cards" says a node's other cards sent no such reading (never counted as 0). A bar compares used with total on the cards that report both; a node where none does draws none.</p>
 {{ pager }}
 """)
 
@@ -71,43 +74,47 @@ DETAIL = template("""
 <th scope="col">Cores allocated</th><th scope="col">SM utilisation</th><th scope="col">Idle</th></tr></thead>
 <tbody>
 {%- for p in rows %}
-<tr class="pod" data-namespace="{{ p.usage.namespace }}" data-pod="{{ p.usage.pod }}">
-<td>{{ p.usage.namespace }}</td>
-<td><a href="/workloads/{{ segment(p.usage.namespace) }}/{{ segment(p.usage.pod) }}">{{ p.usage.pod }}</a></td>
-<td>{{ p.usage.container }}</td><td>{{ p.kind }}</td>
-<td class="num">{{ p.usage.memory_allocated_bytes|size }}</td>
-<td class="num">{{ p.usage.memory_used_bytes|size }}</td>
-<td class="num">{{ p.usage.cores_allocated|percent }}</td>
-<td class="num">{{ p.usage.sm_utilization_percent|percent_100 }}</td>
-<td class="num">{{ p.usage.idle_seconds|duration }}</td>
+{%- set u = p.usage %}
+<tr class="pod" data-namespace="{{ u.namespace }}" data-pod="{{ u.pod }}" data-container="{{ u.container }}" data-device-uuid="{{ u.device_uuid }}" {{ known('memory-allocated-bytes', u.memory_allocated_bytes) }} {{ known('memory-used-bytes', u.memory_used_bytes) }} {{ known('cores-allocated', u.cores_allocated) }} {{ known('sm-utilization-percent', u.sm_utilization_percent) }}>
+<td>{{ u.namespace }}</td>
+<td><a href="/workloads/{{ segment(u.namespace) }}/{{ segment(u.pod) }}">{{ u.pod }}</a></td>
+<td>{{ u.container }}</td><td>{{ p.kind }}</td>
+<td class="num">{{ u.memory_allocated_bytes|size }}</td>
+<td class="num">{{ u.memory_used_bytes|size }}</td>
+<td class="num">{{ u.cores_allocated|percent }}</td>
+<td class="num">{{ u.sm_utilization_percent|percent_100 }}</td>
+<td class="num">{{ u.idle_seconds|duration }}</td>
 </tr>
 {%- endfor %}
 </tbody></table>
 {%- else %}<p class="muted">No pod on this card.</p>{% endif %}
 {%- endmacro %}
-<p>Health: <span class="state state-{{ node.health }}">{{ node.health }}</span>;
-{{ node.card_count|count }} cards{% if node.card_types %} ({{ node.card_types|join(', ') }}){% endif %};
-memory used {{ node.memory_used_bytes|size }} of {{ node.memory_total_bytes|size }};
+<p class="node-summary" data-card-count="{{ node.card_count }}" {{ known('memory-used-bytes', node.memory_used_bytes) }} {{ known('memory-total-bytes', node.memory_total_bytes) }}>Health: <span class="state state-{{ node.health }}">{{ node.health }}</span>;
+{{ node.card_count|count }} cards{% if node.card_models %} ({{ node.card_models|join(', ') }}){% endif %};
+memory {{ coverage }};
 utilisation {{ node.utilization_average_percent|percent_100 }};
 {{ node.container_count|count }} containers; data {{ node.data_age_seconds|duration }} old
 {%- if node.sources %}; fed by {% for s in node.sources %}{{ s.name }} ({{ s.kind }}){% if not loop.last %}, {% endif %}{% endfor %}{% endif %}.</p>
 {%- for card in cards %}
-<section class="card" data-device-uuid="{{ card.usage.device_uuid }}" data-memory-used-bytes="{{ card.usage.memory_used_bytes if card.usage.memory_used_bytes is not none else '' }}">
-<h2>Card {{ card.usage.index if card.usage.index is not none else '?' }}
-{% if card.usage.model or card.usage.device_type %}<span class="muted">{{ card.usage.model or card.usage.device_type }}</span>{% endif %}
-<span class="muted uuid">{{ card.usage.device_uuid }}</span></h2>
+{%- set u = card.usage %}
+<section class="card" data-device-uuid="{{ u.device_uuid }}" {{ known('memory-used-bytes', u.memory_used_bytes) }} {{ known('memory-total-bytes', u.memory_total_bytes) }} {{ known('memory-allocated-bytes', u.memory_allocated_bytes) }} {{ known('cores-allocated', u.cores_allocated) }} data-over-allocated="{{ u.over_allocated|join(' ') }}">
+<h2>Card {{ u.index if u.index is not none else '?' }}
+{% if u.model %}<span class="muted">{{ u.model }}</span>{% endif %}
+<span class="muted uuid">{{ u.device_uuid }}</span></h2>
 <table class="readings"><thead><tr><th scope="col">Reading</th><th scope="col">Allocated vs used</th><th scope="col">Value</th></tr></thead>
 <tbody>
 <tr><th scope="row">Memory</th>
-<td>{{ bar('memory of card ' ~ card.usage.device_uuid, card.usage.memory_used_bytes, card.memory_allocated, card.usage.memory_total_bytes, units.size) }}</td>
-<td class="num card-memory">used {{ card.usage.memory_used_bytes|size }}, allocated {{ card.memory_allocated|size }}, total {{ card.usage.memory_total_bytes|size }}</td></tr>
+<td>{{ bar('memory of card ' ~ u.device_uuid, u.memory_used_bytes, u.memory_allocated_bytes, u.memory_total_bytes, units.size) or units.MISSING }}</td>
+<td class="num card-memory">used {{ u.memory_used_bytes|size }}, allocated {{ u.memory_allocated_bytes|size }}, total {{ u.memory_total_bytes|size }}
+{%- if card.memory_over %} <span class="over">({{ card.memory_over|percent }} of the card: {{ reasons['memory_oversubscribed'] }})</span>{% endif %}</td></tr>
 <tr><th scope="row">Cores</th>
-<td>{{ bar('cores of card ' ~ card.usage.device_uuid, card.cores_used, card.cores_allocated, 1.0, units.percent) }}</td>
-<td class="num">used {{ card.usage.utilization_percent|percent_100 }}, allocated {{ card.cores_allocated|percent }}</td></tr>
-<tr><th scope="row">Temperature</th><td></td><td class="num">{{ card.usage.temperature_celsius|celsius }}</td></tr>
-<tr><th scope="row">Power</th><td></td><td class="num">{{ card.usage.power_watts|watts }}</td></tr>
+<td>{{ bar('cores of card ' ~ u.device_uuid, card.cores_used, u.cores_allocated, 1.0, units.percent) }}</td>
+<td class="num">used {{ u.utilization_percent|percent_100 }}, allocated {{ u.cores_allocated|percent }}
+{%- for why in u.over_allocated if why != 'memory_oversubscribed' %} <span class="over">({{ reasons[why] }})</span>{% endfor %}</td></tr>
+<tr><th scope="row">Temperature</th><td></td><td class="num">{{ u.temperature_celsius|celsius }}</td></tr>
+<tr><th scope="row">Power</th><td></td><td class="num">{{ u.power_watts|watts }}</td></tr>
 </tbody></table>
-{{ pods(card.pods, 'Pods on card ' ~ (card.usage.index if card.usage.index is not none else card.usage.device_uuid)) }}
+{{ pods(card.pods, 'Pods on card ' ~ (u.index if u.index is not none else u.device_uuid)) }}
 </section>
 {%- endfor %}
 {%- if unmatched %}
@@ -118,6 +125,14 @@ utilisation {{ node.utilization_average_percent|percent_100 }};
 </section>
 {%- endif %}
 """)
+
+REASONS = {
+    "memory_oversubscribed": "oversubscribed: more memory allocated than the card has, as a"
+    " scheduler that scales the card's memory (HAMi's deviceMemoryScaling) grants",
+    "cores_time_shared": "time-shared: several containers each given the whole card",
+    "cores_oversubscribed": "oversubscribed: the core shares sum past the whole card",
+}
+"""What a person reads for each reason a card's allocations exceed it (REST's over_allocated)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +145,12 @@ class PodOnCard:
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """A card of the REST detail, what its pods are allocated, and its pods."""
+    """A card of the REST detail and its pods; its cores used as a share of the card, and its
+    memory allocated as a share of the card's where that is over the whole card."""
 
     usage: CardUsage
-    memory_allocated: int | None
-    cores_allocated: float | None
     cores_used: float | None
+    memory_over: float | None
     pods: list[PodOnCard]
 
 
@@ -233,12 +248,21 @@ class NodeViews:
         now = time.monotonic()
         if isinstance(view, TenantView):
             detail = view.detail(store.generation, view.summary(now, self._interval))
+            said = f"used by your vGPUs {units.size(detail.node.memory_used_bytes)}"
         else:
             detail = presented.detail(store.generation, presented.at(now, self._interval))
+            said = coverage(Memory.of_node(detail.node))
         usage = presented.usage
         cards = [self._card(usage, c) for c in detail.cards]
         unmatched = [self._pod(usage, c) for c in detail.unmatched_containers]
-        body = render(DETAIL, node=detail.node, cards=cards, unmatched=unmatched)
+        body = render(
+            DETAIL,
+            node=detail.node,
+            cards=cards,
+            unmatched=unmatched,
+            coverage=said,
+            reasons=REASONS,
+        )
         links = [
             layout.rest_link(f"/api/v1/nodes/{segment(node)}"),
             layout.promql_link(f"{{{matcher('node', node)}}}"),
@@ -246,14 +270,12 @@ class NodeViews:
         return layout.render(request, f"Node {node}", body, links, self._interval)
 
     def _card(self, usage: NodeUsage, card: CardUsage) -> Card:
-        memory = [c.memory_allocated_bytes for c in card.containers if c.memory_allocated_bytes]
-        cores = [c.cores_allocated for c in card.containers if c.cores_allocated is not None]
         util = card.utilization_percent
+        over = "memory_oversubscribed" in card.over_allocated
         return Card(
             card,
-            sum(memory) if memory else None,
-            sum(cores) if cores else None,
             None if util is None else util / 100,
+            (card.memory_allocated_bytes or 0) / (card.memory_total_bytes or 1) if over else None,
             [self._pod(usage, c) for c in card.containers],
         )
 

@@ -34,6 +34,7 @@ from collector.views.presented import Presented
 from collector.views.sourcestate import Scraped, target_state
 from collector.views.usage import ContainerReading
 from collector.web.ui import charts, layout, units
+from collector.web.ui.coverage import Memory, coverage, plural, share
 from collector.web.ui.layout import PAGE_ROWS, Link, promql_link, rest_link
 from collector.web.ui.trend import Trend, measures
 
@@ -49,14 +50,17 @@ STATES = ("failing", "stale", "unreported", "ok")
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """One node on the grid: its state, its cards' mean utilisation (0-100), its memory."""
+    """One node on the grid: its state, its cards' mean utilisation (0-100), its memory used,
+    and used of total on the ``compared`` cards that report both (0: none does)."""
 
     node: str
     state: str
     utilisation: float | None
     memory_used: int | None
-    memory_total: int | None
     cards: int
+    compared: int = 0
+    compared_used: int | None = None
+    compared_total: int | None = None
 
     @property
     def band(self) -> int:
@@ -81,52 +85,80 @@ def band(utilisation: float | None) -> int:
 def cluster_tile(presented: Presented, state: str) -> Tile:
     """A node's tile for a cluster reader: its REST summary's figures."""
     s = presented.summary
+    compared = s.memory_compared
     return Tile(
         s.name,
         state,
         s.utilization_average_percent,
         s.memory_used_bytes,
-        s.memory_total_bytes,
         s.card_count,
+        0 if compared is None else compared.cards,
+        None if compared is None else compared.used_bytes,
+        None if compared is None else compared.total_bytes,
     )
 
 
 _MICRO = 1_000_000
 """Cores are summed in millionths of a card: whole numbers add and subtract exactly."""
-_FIELDS = 8
-(_ALLOCATED, _USED, _CORES_ALLOCATED, _CORES_USED, _ALLOCATIONS, _IDLE, _VGPUS, _SM_READINGS) = (
-    range(_FIELDS)
-)
+_FIELDS = 11
+(
+    _ALLOCATED,
+    _USED,
+    _CORES_ALLOCATED,
+    _CORES_USED,
+    _ALLOCATIONS,
+    _IDLE,
+    _VGPUS,
+    _SM_READINGS,
+    _MEMORY_ALLOCATIONS,
+    _MEMORY_READINGS,
+    _SHARES,
+) = range(_FIELDS)
 Sums = list[int]
 """Per namespace: memory allocated and used (bytes), cores allocated and used (millionths of
-a card), allocations, idle allocations, container vGPUs, vGPUs with an SM utilisation."""
+a card), allocations, idle allocations, container vGPUs, and how many vGPUs each sum covers:
+those with an SM utilisation, a memory allocation, a memory reading, a core share."""
 
 
 @dataclass(frozen=True, slots=True)
 class Use:
-    """What a namespace (or the cluster) holds and uses: bytes, and cards' worth of cores."""
+    """What a namespace (or the cluster) holds and uses: bytes, and cards' worth of cores.
 
-    memory_allocated: int
-    memory_used: int
-    cores_allocated: float
-    cores_used: float
+    Each figure sums the vGPUs that have it, and is None when none does (an allocation of
+    nothing reads as unknown, not 0); the ``*_vgpus`` say how many of ``vgpus`` it covers.
+    """
+
+    memory_allocated: int | None
+    memory_used: int | None
+    cores_allocated: float | None
+    cores_used: float | None
     allocations: int
     idle: int
     utilisation: float | None
     """Mean SM utilisation (0-100) of the vGPUs that report one."""
+    vgpus: int = 0
+    memory_allocated_vgpus: int = 0
+    memory_used_vgpus: int = 0
+    cores_allocated_vgpus: int = 0
+    cores_used_vgpus: int = 0
 
     @classmethod
     def of(cls, sums: Sums) -> Use:
         """The figures of a :class:`Ledger` row."""
         readings = sums[_SM_READINGS]
         return cls(
-            sums[_ALLOCATED],
-            sums[_USED],
-            sums[_CORES_ALLOCATED] / _MICRO,
-            sums[_CORES_USED] / _MICRO,
+            sums[_ALLOCATED] if sums[_MEMORY_ALLOCATIONS] else None,
+            sums[_USED] if sums[_MEMORY_READINGS] else None,
+            sums[_CORES_ALLOCATED] / _MICRO if sums[_SHARES] else None,
+            sums[_CORES_USED] / _MICRO if readings else None,
             sums[_ALLOCATIONS],
             sums[_IDLE],
             sums[_CORES_USED] / _MICRO * 100 / readings if readings else None,
+            sums[_VGPUS],
+            sums[_MEMORY_ALLOCATIONS],
+            sums[_MEMORY_READINGS],
+            sums[_SHARES],
+            readings,
         )
 
 
@@ -137,10 +169,16 @@ def node_sums(containers: Iterable[ContainerReading]) -> dict[str, Sums]:
         row = found.get(c.namespace)
         if row is None:
             row = found[c.namespace] = [0] * _FIELDS
-        row[_ALLOCATED] += c.memory_allocated or 0
-        row[_USED] += c.memory_used or 0
-        row[_CORES_ALLOCATED] += round((c.cores_allocated or 0.0) * _MICRO)
         row[_VGPUS] += 1
+        if c.memory_allocated is not None:
+            row[_ALLOCATED] += c.memory_allocated
+            row[_MEMORY_ALLOCATIONS] += 1
+        if c.memory_used is not None:
+            row[_USED] += c.memory_used
+            row[_MEMORY_READINGS] += 1
+        if c.cores_allocated is not None:
+            row[_CORES_ALLOCATED] += round(c.cores_allocated * _MICRO)
+            row[_SHARES] += 1
         if c.sm_utilization is not None:
             row[_CORES_USED] += round(c.sm_utilization * (_MICRO / 100))
             row[_SM_READINGS] += 1
@@ -151,9 +189,41 @@ def node_sums(containers: Iterable[ContainerReading]) -> dict[str, Sums]:
     return found
 
 
-Figures = tuple[int, int, int, int, int, int]
-"""A node's cards, memory used and memory total (bytes), its cards' utilisation summed (in
-thousandths of a percent) and how many report one, and its utilisation band."""
+_CARD_FIGURES = 11
+(
+    _CARDS,
+    _MEMORY_USED,
+    _MEMORY_USED_CARDS,
+    _MEMORY_TOTAL,
+    _MEMORY_TOTAL_CARDS,
+    _COMPARED_CARDS,
+    _COMPARED_USED,
+    _COMPARED_TOTAL,
+    _COMPARED_ALLOCATED,
+    _UTILISATION,
+    _UTILISATION_CARDS,
+) = range(_CARD_FIGURES)
+Figures = tuple[int, ...]
+"""A node's figures, whole numbers: cards; memory used (bytes) and the cards that report it;
+memory total and the cards that report it; the cards reporting both, their used, total and
+allocated memory; its cards' utilisation summed (in thousandths of a percent) and how many
+report one; last, its utilisation band."""
+
+
+def _memory(figures: Sequence[int]) -> Memory:
+    """The cards' memory of the sums of :class:`Ledger` figures."""
+    compared = figures[_COMPARED_CARDS]
+    return Memory(
+        figures[_CARDS],
+        figures[_MEMORY_USED] if figures[_MEMORY_USED_CARDS] else None,
+        figures[_MEMORY_USED_CARDS],
+        figures[_MEMORY_TOTAL] if figures[_MEMORY_TOTAL_CARDS] else None,
+        figures[_MEMORY_TOTAL_CARDS],
+        compared,
+        figures[_COMPARED_USED] if compared else None,
+        figures[_COMPARED_TOTAL] if compared else None,
+        figures[_COMPARED_ALLOCATED] if compared and figures[_COMPARED_ALLOCATED] else None,
+    )
 
 
 class Ledger:
@@ -172,8 +242,8 @@ class Ledger:
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[Presented, Figures, dict[str, Sums]]] = {}
         self.namespaces: dict[str, Sums] = {}
-        self.figures = [0, 0, 0, 0, 0]
-        """The cluster's cards, memory used, memory total, utilisation summed, cards reporting."""
+        self.figures = [0] * _CARD_FIGURES
+        """The cluster's :data:`Figures` summed (the band aside)."""
         self.bands: Counter[int] = Counter()
 
     def update(self, presented: Iterable[Presented]) -> None:
@@ -195,10 +265,17 @@ class Ledger:
             self._apply(held[1], held[2], -1)
         s = presented.summary
         utils = [c.utilization_percent for c in s.utilization if c.utilization_percent is not None]
+        compared = s.memory_compared
         figures = (
             s.card_count,
             s.memory_used_bytes or 0,
+            s.memory_used_cards,
             s.memory_total_bytes or 0,
+            s.memory_total_cards,
+            0 if compared is None else compared.cards,
+            0 if compared is None else compared.used_bytes,
+            0 if compared is None else compared.total_bytes,
+            0 if compared is None else compared.allocated_bytes or 0,
             round(sum(utils) * 1000),
             len(utils),
             band(s.utilization_average_percent),
@@ -214,9 +291,9 @@ class Ledger:
             self._apply(figures, sums, -1)
 
     def _apply(self, figures: Figures, sums: dict[str, Sums], sign: int) -> None:
-        for i in range(5):
+        for i in range(_CARD_FIGURES):
             self.figures[i] += sign * figures[i]
-        self.bands[figures[5]] += sign
+        self.bands[figures[_CARD_FIGURES]] += sign
         for namespace, row in sums.items():
             total = self.namespaces.get(namespace)
             if total is None:
@@ -239,9 +316,8 @@ class Totals:
 
     generation: int = 0
     nodes: int = 0
-    cards: int = 0
-    memory_used: int = 0
-    memory_total: int = 0
+    memory: Memory = field(default_factory=Memory)
+    """The cards' memory (a tenant's: its vGPUs' used memory only)."""
     utilisation: float | None = None
     """The cards' mean utilisation (0-100); a tenant's: its vGPUs' mean SM utilisation."""
     use: Use = field(default_factory=lambda: Use.of([0] * _FIELDS))
@@ -250,17 +326,17 @@ class Totals:
     bands: Counter[int] = field(default_factory=Counter)
 
     def count(self, tiles: list[Tile]) -> None:
-        """Add the nodes' tiles."""
+        """Add a tenant's nodes' tiles (their memory used is the tenant's vGPUs')."""
         self.nodes += len(tiles)
-        self.cards += sum(t.cards for t in tiles)
-        self.memory_used += sum(t.memory_used or 0 for t in tiles)
-        self.memory_total += sum(t.memory_total or 0 for t in tiles)
         self.states.update(t.state for t in tiles)
         self.bands.update(t.band for t in tiles)
 
     def top(self, by: str) -> list[tuple[str, Use]]:
-        """The :data:`TOP_NAMESPACES` namespaces with the most of ``by`` (a :class:`Use` field)."""
-        ranked = sorted(self.namespaces.items(), key=lambda item: (-getattr(item[1], by), item[0]))
+        """The :data:`TOP_NAMESPACES` namespaces with the most of ``by`` (a :class:`Use` field;
+        unknown last)."""
+        ranked = sorted(
+            self.namespaces.items(), key=lambda item: (-(getattr(item[1], by) or -1), item[0])
+        )
         return ranked[:TOP_NAMESPACES]
 
 
@@ -309,9 +385,10 @@ class Overview:
             return layout.error(request, 400, str(exc))
         access = access_of(request)
         totals, entries = self.gather(request.app, access)
+        used = totals.memory.used if access.cluster else totals.use.memory_used
         now = {
-            "memory used": totals.memory_used if totals.nodes else None,
-            "memory allocated": totals.use.memory_allocated or None,
+            "memory used": used if totals.nodes else None,
+            "memory allocated": totals.use.memory_allocated,
             "utilisation": totals.utilisation,
         }
         series = await self._trend.series(access.namespaces, now)
@@ -324,6 +401,9 @@ class Overview:
             bands=BANDS,
             states=STATES,
             idle_after=units.duration(IDLE_AFTER),
+            coverage=coverage(totals.memory),
+            plural=plural,
+            share=share,
             memory_chart=charts.line_chart(
                 [series["memory used"], series["memory allocated"]],
                 "GPU memory, last hour",
@@ -363,10 +443,10 @@ class Overview:
                 state = "failing" if name in failing else one.health(one.age(now), interval)
                 entries.append((_RANK[state], name, state, one))
             totals.nodes = len(entries)
-            totals.cards, totals.memory_used, totals.memory_total, summed, cards = (
-                self._ledger.figures
-            )
-            totals.utilisation = summed / 1000 / cards if cards else None
+            figures = self._ledger.figures
+            totals.memory = _memory(figures)
+            cards = figures[_UTILISATION_CARDS]
+            totals.utilisation = figures[_UTILISATION] / 1000 / cards if cards else None
             totals.bands = self._ledger.bands
         else:
             tiles = [t for one in presented if (t := self._tenant_tile(one, access, now))]
@@ -389,7 +469,6 @@ class Overview:
             summary.health,
             sum(utils) / len(utils) if utils else None,
             summary.memory_used_bytes,
-            None,
             0,
         )
 
@@ -416,26 +495,30 @@ def _links(access: Access) -> list[Link]:
 BODY = layout.template("""
 <section aria-labelledby="totals"><h2 id="totals">Totals</h2>
 <div class="cards" data-generation="{{ t.generation }}">
-{%- macro card(name, value, text, label) %}
-<div class="card" data-total="{{ name }}" data-value="{{ value }}"><div class="value">{{ text }}</div><div class="label">{{ label }}</div></div>
+{%- macro card(name, value, text, label, cover='') %}
+<div class="card" data-total="{{ name }}" data-value="{{ '' if value is none else value }}"><div class="value">{{ text }}</div><div class="label">{{ label }}</div>
+{%- if cover %}<div class="coverage">{{ cover }}</div>{% endif %}</div>
 {%- endmacro %}
+{%- set u = t.use %}
 {{ card('nodes', t.nodes, t.nodes|count, 'nodes') }}
 {%- if cluster %}
-{{ card('cards', t.cards, t.cards|count, 'GPU cards') }}
-{{ card('memory_used', t.memory_used, t.memory_used|size, 'memory used of ' ~ (t.memory_total|size) ~ ' on the cards') }}
+{{ card('cards', t.memory.cards, t.memory.cards|count, 'GPU cards') }}
+{{ card('memory_used', t.memory.used, t.memory.used|size, 'memory used on the cards', coverage) }}
 {%- else %}
-{{ card('memory_used', t.memory_used, t.memory_used|size, 'memory used by your vGPUs') }}
+{{ card('memory_used', u.memory_used, u.memory_used|size, 'memory used by your vGPUs', share(u.memory_used_vgpus, u.vgpus, 'used memory reported')) }}
 {%- endif %}
-{{ card('memory_allocated', t.use.memory_allocated, t.use.memory_allocated|size, 'memory allocated to vGPUs') }}
-{{ card('cores_used', t.use.cores_used, t.use.cores_used|cores, 'cores used of ' ~ (t.use.cores_allocated|cores) ~ ' allocated') }}
-{{ card('idle', t.use.idle, t.use.idle|count, 'of ' ~ (t.use.allocations|count) ~ ' allocations idle over ' ~ idle_after) }}
+{{ card('memory_allocated', u.memory_allocated, u.memory_allocated|size, 'memory allocated to vGPUs', share(u.memory_allocated_vgpus, u.vgpus, 'a memory allocation')) }}
+{{ card('cores_used', u.cores_used, u.cores_used|cores, 'cores used of ' ~ (u.cores_allocated|cores) ~ ' allocated', 'used: ' ~ share(u.cores_used_vgpus, u.vgpus, 'SM utilisation reported') ~ '; allocated: ' ~ share(u.cores_allocated_vgpus, u.vgpus, 'a core share')) }}
+{{ card('idle', u.idle, u.idle|count, 'of ' ~ (u.allocations|count) ~ ' allocations idle over ' ~ idle_after) }}
 {%- if cluster %}
 {{ card('unreported', t.states['unreported'], t.states['unreported']|count, 'nodes without a usage source') }}
 {%- endif %}
 </div>
 {%- if cluster %}
-<p>{{ bar('cluster memory', t.memory_used, t.use.memory_allocated, t.memory_total or None, units.size, 480, 18) }}
-<span class="muted">used {{ t.memory_used|size }} · allocated {{ t.use.memory_allocated|size }} · on the cards {{ t.memory_total|size }}</span></p>
+{%- set m = t.memory %}
+<p class="memory-coverage" data-cards="{{ m.cards }}" data-used-cards="{{ m.used_cards }}" data-total="{{ '' if m.total is none else m.total }}" data-total-cards="{{ m.total_cards }}" data-compared-cards="{{ m.compared_cards }}" data-compared-used="{{ '' if m.compared_used is none else m.compared_used }}" data-compared-total="{{ '' if m.compared_total is none else m.compared_total }}" data-compared-allocated="{{ '' if m.compared_allocated is none else m.compared_allocated }}">
+{{ bar('cluster memory', m.compared_used, m.compared_allocated, m.compared_total, units.size, 480, 18) }}
+<span class="muted">{{ coverage }}{% if m.compared_cards %}; allocated to vGPUs on those cards: {{ m.compared_allocated|size }}{% endif %}</span></p>
 {%- endif %}
 </section>
 
@@ -448,14 +531,16 @@ BODY = layout.template("""
 <thead><tr>{% for s in states %}<th scope="col" class="num">{{ s }}</th>{% endfor %}{% for b in bands %}<th scope="col" class="num">{{ b }}</th>{% endfor %}</tr></thead>
 <tbody><tr>{% for s in states %}<td class="num" data-state="{{ s }}">{{ t.states[s]|count }}</td>{% endfor %}{% for b in bands %}<td class="num" data-band="{{ b }}">{{ t.bands[loop.index0]|count }}</td>{% endfor %}</tr></tbody>
 </table>
-<p class="muted">Each tile is a node, shaded by {{ 'its cards\\' mean utilisation' if cluster else 'your vGPUs\\' mean SM utilisation' }}; nodes that need a look (failing, stale, unreported) come first, with a dashed border and their state written out.</p>
+<p class="muted">Each tile is a node, shaded by {{ 'its cards\\' mean utilisation' if cluster else 'your vGPUs\\' mean SM utilisation' }}; nodes that need a look (failing, stale, unreported) come first, with a dashed border and their state written out. Memory reads used of total on the cards that report both.</p>
 {{ pager }}
 <div class="tiles">
 {%- for tile in tiles %}
 <a class="tile band-{{ [tile.band - 1, 0]|max }} {{ tile.state }}" href="{{ tile.href }}" data-node="{{ tile.node }}" data-state="{{ tile.state }}">
 <div class="name">{{ tile.node }}</div>
-<div>{% if tile.state != 'ok' %}<span class="state state-{{ tile.state }}">{{ tile.state }}</span> {% endif %}{{ bands[tile.band] if tile.band < 2 else tile.utilisation|percent_100 }}{% if tile.cards %} · {{ tile.cards }} card{{ 's' if tile.cards != 1 }}{% endif %}</div>
-<div class="muted">{{ tile.memory_used|size }}{% if tile.memory_total %} of {{ tile.memory_total|size }}{% endif %}</div>
+<div>{% if tile.state != 'ok' %}<span class="state state-{{ tile.state }}">{{ tile.state }}</span> {% endif %}{{ bands[tile.band] if tile.band < 2 else tile.utilisation|percent_100 }}{% if tile.cards %} · {{ plural(tile.cards, 'card') }}{% endif %}</div>
+<div class="muted">
+{%- if tile.compared %}{{ tile.compared_used|size }} of {{ tile.compared_total|size }}{% if tile.compared < tile.cards %} on {{ tile.compared }}/{{ tile.cards }} cards{% endif %}
+{%- else %}{{ tile.memory_used|size }} used{% endif %}</div>
 </a>
 {%- else %}
 <p class="muted">No node has data yet.</p>
@@ -471,9 +556,9 @@ BODY = layout.template("""
 <thead><tr><th scope="col">Namespace</th><th scope="col" class="num">Allocated</th><th scope="col" class="num">Used</th><th scope="col">Used of allocated</th><th scope="col" class="num">Cores used / allocated</th></tr></thead>
 <tbody>
 {%- for name, u in rows %}
-<tr class="namespace" data-namespace="{{ name }}"><td><a href="/workloads?namespace={{ name|urlencode }}">{{ name }}</a></td>
+<tr class="namespace" data-namespace="{{ name }}" data-memory-allocated="{{ '' if u.memory_allocated is none else u.memory_allocated }}" data-memory-used="{{ '' if u.memory_used is none else u.memory_used }}" data-cores-allocated="{{ '' if u.cores_allocated is none else u.cores_allocated }}" data-cores-used="{{ '' if u.cores_used is none else u.cores_used }}"><td><a href="/workloads?namespace={{ name|urlencode }}">{{ name }}</a></td>
 <td class="num">{{ u.memory_allocated|size }}</td><td class="num">{{ u.memory_used|size }}</td>
-<td>{{ bar(name ~ ' memory', u.memory_used, u.memory_allocated, None, units.size, 140, 14) }}</td>
+<td>{{ bar(name ~ ' memory', u.memory_used, u.memory_allocated, None, units.size, 140, 14) or units.MISSING }}</td>
 <td class="num">{{ u.cores_used|cores }} / {{ u.cores_allocated|cores }}</td></tr>
 {%- else %}
 <tr><td colspan="5" class="muted">No vGPU allocations.</td></tr>
@@ -481,5 +566,6 @@ BODY = layout.template("""
 </tbody></table>
 {%- endfor %}
 </div>
+<p class="muted">A namespace whose vGPUs have no memory allocation (whole cards, MIG instances without a node agent) reads {{ units.MISSING }} allocated and draws no bar.</p>
 </section>
 """)

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import jinja2
 from aiohttp import web
+from markupsafe import Markup
 
 from collector.exposition.render import escape_label_value
 from collector.views.models import ApiError
@@ -39,9 +40,32 @@ def template(body: str) -> jinja2.Template:
 
 def render(body: jinja2.Template, **context: Any) -> str:
     """``body`` rendered with ``context`` and the helpers every view's template calls:
-    ``bar`` (:func:`charts.bar`), ``units``, ``segment`` (a name as one path segment)
-    and ``clock`` (a Unix time as UTC ``HH:MM``)."""
-    return body.render(bar=charts.bar, units=units, segment=segment, clock=units.clock, **context)
+    ``bar`` (:func:`charts.bar`), ``units``, ``segment`` (a name as one path segment),
+    ``clock`` (a Unix time as UTC ``HH:MM``), ``known`` (:func:`known`) and ``cards_of``
+    (:func:`cards_of`)."""
+    return body.render(
+        bar=charts.bar,
+        units=units,
+        segment=segment,
+        clock=units.clock,
+        known=known,
+        cards_of=cards_of,
+        **context,
+    )
+
+
+def known(name: str, value: float | None) -> Markup:
+    """The figure ``value`` as the attribute ``data-<name>``, empty where it is unknown: the
+    number a page shows, in full, for a program (or a test) to read."""
+    return Markup('data-{}="{}"').format(name, "" if value is None else repr(value))
+
+
+def cards_of(covered: int, cards: int) -> Markup:
+    """`` on 6/8 cards`` after a sum that covers some of a node's cards only; nothing where
+    it covers all (or none: the sum reads unknown)."""
+    if covered == cards or covered == 0:
+        return Markup("")
+    return Markup(' <span class="muted">on {}/{} cards</span>').format(covered, cards)
 
 
 def segment(text: str) -> str:

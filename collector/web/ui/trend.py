@@ -37,6 +37,7 @@ from aiohttp import web
 from collector.normalise import schema
 from collector.promql.engine import Engine, Queries
 from collector.promql.values import QueryError, RangeSeries
+from collector.views.chargeback import MEMORY_USED
 from collector.web.ui.charts import Series
 from core.tasks import Flights
 
@@ -60,11 +61,12 @@ CLUSTER: Mapping[str, str] = {
 }
 """A cluster reader's measures: the cards' memory and utilisation (0-100), vGPU allocations."""
 TENANT: Mapping[str, str] = {
-    "memory used": f"sum({schema.VGPU_MEMORY_USED})",
+    "memory used": f"sum({MEMORY_USED})",
     "memory allocated": f"sum({schema.MEMORY_ALLOCATED})",
     "utilisation": "avg(hami_container_device_utilization_ratio)",
 }
-"""A tenant's: its own vGPUs' (a card's series have no namespace, so a tenant sees none)."""
+"""A tenant's: its own vGPUs' (a card's series have no namespace, so a tenant sees none), their
+memory used counted as chargeback and the read model count it (:data:`MEMORY_USED`)."""
 
 
 def measures(namespaces: frozenset[str] | None) -> Mapping[str, str]:

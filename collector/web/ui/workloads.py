@@ -17,12 +17,13 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
 
 from aiohttp import web
+from markupsafe import Markup
 
 from collector.auth.access import Access, access_of
 from collector.normalise import schema
@@ -32,10 +33,11 @@ from collector.store.latest import Store
 from collector.views.cache import VIEW_REBUILDS, NodeCache
 from collector.views.listing import CONTAINER_SORT_FIELDS, READING_OF
 from collector.views.models import ContainerRow
-from collector.views.presented import Presented, container_row
+from collector.views.presented import Presented, container_row, pod_detail
 from collector.views.usage import ContainerReading, NodeUsage, Shape
 from collector.web.ui import charts, layout, units
 from collector.web.ui.charts import Series
+from collector.web.ui.coverage import share
 from collector.web.ui.kinds import Kinds
 from collector.web.ui.layout import PAGE_ROWS
 from collector.web.ui.listing import Page, ViewError, check_names, view_query
@@ -45,10 +47,41 @@ CHART_SECONDS = 3600.0
 """How far back a pod's charts reach (less where the history holds less)."""
 CHART_POINTS = 240
 """Points a chart line has at most: the step is the scrape interval, or coarser."""
-MEMORY, UTILISATION = schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION
-"""The families a pod's charts draw."""
+MEMORY, DEVICE_MEMORY, UTILISATION = (
+    schema.VGPU_MEMORY_USED,
+    schema.CONTAINER_MEMORY,
+    schema.VGPU_UTILIZATION,
+)
+"""The families a pod's charts draw: a vGPU's memory is HAMi-core's where it has it, else the
+container's device memory (NVML's view of a whole card or a MIG instance), as the read model
+and chargeback count it."""
 
-LIST = template("""
+ROW = """
+{%- macro row(w, listed) %}
+{%- set r = w.row %}{% set use = r.utilisation_of_allocation %}
+<tr class="{{ 'workload' if listed else 'container' }}" data-namespace="{{ r.namespace }}" data-pod="{{ r.pod }}" data-container="{{ r.container }}" data-node="{{ r.node }}" data-device-uuid="{{ r.device_uuid }}" {{ known('memory-allocated-bytes', r.memory_allocated_bytes) }} {{ known('memory-used-bytes', r.memory_used_bytes) }} {{ known('cores-allocated', r.cores_allocated) }} {{ known('sm-utilization-percent', r.sm_utilization_percent) }}>
+{%- if listed %}
+<td>{{ r.namespace }}</td>
+<td class="name"><a href="/workloads/{{ segment(r.namespace) }}/{{ segment(r.pod) }}">{{ r.pod }}</a></td>
+<td class="name">{{ r.container }}</td>
+<td class="node"><a href="/nodes/{{ segment(r.node) }}">{{ r.node }}</a></td>
+{%- else %}
+<td class="name">{{ r.container }}</td><td class="num">{{ r.vdevice_index if r.vdevice_index is not none else units.MISSING }}</td>
+<td class="node">{{ r.node }}</td><td class="uuid">{{ r.device_uuid }}</td>
+{%- endif %}
+<td>{{ w.kind }}</td>
+<td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
+<td class="num memory-used">{{ r.memory_used_bytes|size }}{{ of_allocated(use.memory if use else None, 'over its allocation') }}</td>
+<td class="num">{{ r.cores_allocated|percent }}</td>
+<td class="num">{{ r.sm_utilization_percent|percent_100 }}{{ of_allocated(use.cores if use else None, 'burst past its share') }}</td>
+<td class="num">{{ r.idle_seconds|duration }}{% if w.idle %} <span class="state state-idle">idle</span>{% endif %}</td>
+</tr>
+{%- endmacro %}
+"""
+
+LIST = template(
+    ROW
+    + """
 <form method="get" action="/workloads" class="filters">
 <label>Namespace <input name="namespace" value="{{ query.params.get('namespace', '') }}"></label>
 <label>Node <input name="node" value="{{ query.params.get('node', '') }}"></label>
@@ -63,56 +96,38 @@ LIST = template("""
 {{ sortable(query, '/workloads', 'node', 'Node') }}
 <th scope="col">Kind</th>
 {{ sortable(query, '/workloads', 'memory_allocated_bytes', 'Memory allocated') }}
-{{ sortable(query, '/workloads', 'memory_used_bytes', 'Memory used') }}
-<th scope="col">Memory used of allocated</th>
+{{ sortable(query, '/workloads', 'memory_used_bytes', 'Memory used (of allocated)') }}
 {{ sortable(query, '/workloads', 'cores_allocated', 'Cores allocated') }}
-{{ sortable(query, '/workloads', 'sm_utilization_percent', 'SM utilisation') }}
-<th scope="col">Cores used of allocated</th>
+{{ sortable(query, '/workloads', 'sm_utilization_percent', 'SM utilisation (of allocated)') }}
 {{ sortable(query, '/workloads', 'idle_seconds', 'Idle') }}
 </tr></thead>
 <tbody>
 {%- for w in page.rows %}
-{%- set r = w.row %}
-<tr class="workload" data-namespace="{{ r.namespace }}" data-pod="{{ r.pod }}" data-container="{{ r.container }}" data-node="{{ r.node }}" data-memory-allocated-bytes="{{ r.memory_allocated_bytes if r.memory_allocated_bytes is not none else '' }}">
-<td>{{ r.namespace }}</td>
-<td><a href="/workloads/{{ segment(r.namespace) }}/{{ segment(r.pod) }}">{{ r.pod }}</a></td>
-<td>{{ r.container }}</td>
-<td><a href="/nodes/{{ segment(r.node) }}">{{ r.node }}</a></td>
-<td>{{ w.kind }}</td>
-<td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
-<td class="num memory-used">{{ r.memory_used_bytes|size }}</td>
-<td class="num">{{ r.utilisation_of_allocation.memory|percent if r.utilisation_of_allocation else units.MISSING }}</td>
-<td class="num">{{ r.cores_allocated|percent }}</td>
-<td class="num">{{ r.sm_utilization_percent|percent_100 }}</td>
-<td class="num">{{ r.utilisation_of_allocation.cores|percent if r.utilisation_of_allocation else units.MISSING }}</td>
-<td class="num">{{ r.idle_seconds|duration }}{% if w.idle %} <span class="state state-idle">idle</span>{% endif %}</td>
-</tr>
+{{ row(w, true) }}
 {%- endfor %}
 </tbody></table>
+{{ legend }}
 {{ pager }}
-""")
+"""
+)
 
-DETAIL = template("""
-<p>On {% for n in nodes %}<a href="/nodes/{{ segment(n) }}">{{ n }}</a>{% if not loop.last %}, {% endif %}{% endfor %}:
-memory used <span class="pod-memory-used">{{ memory_used|size }}</span> of
-<span class="pod-memory-allocated">{{ memory_allocated|size }}</span> allocated.</p>
+DETAIL = template(
+    ROW
+    + """
+<p class="pod-summary" data-vgpus="{{ pod.vgpu_count }}" {{ known('memory-used-bytes', pod.memory_used_bytes) }} data-memory-used-vgpus="{{ pod.memory_used_vgpus }}" {{ known('memory-allocated-bytes', pod.memory_allocated_bytes) }} data-memory-allocated-vgpus="{{ pod.memory_allocated_vgpus }}">On {% for n in pod.nodes %}<a href="/nodes/{{ segment(n) }}">{{ n }}</a>{% if not loop.last %}, {% endif %}{% endfor %}:
+memory used <span class="pod-memory-used">{{ pod.memory_used_bytes|size }}</span> of
+<span class="pod-memory-allocated">{{ pod.memory_allocated_bytes|size }}</span> allocated
+<span class="muted">(used: {{ share(pod.memory_used_vgpus, pod.vgpu_count, 'used memory reported') }}; allocated: {{ share(pod.memory_allocated_vgpus, pod.vgpu_count, 'a memory allocation') }})</span>.</p>
 <table class="containers">
 <thead><tr><th scope="col">Container</th><th scope="col">vGPU</th><th scope="col">Node</th><th scope="col">Card</th>
-<th scope="col">Kind</th><th scope="col">Memory allocated</th><th scope="col">Memory used</th>
-<th scope="col">Cores allocated</th><th scope="col">SM utilisation</th><th scope="col">Idle</th></tr></thead>
+<th scope="col">Kind</th><th scope="col">Memory allocated</th><th scope="col">Memory used (of allocated)</th>
+<th scope="col">Cores allocated</th><th scope="col">SM utilisation (of allocated)</th><th scope="col">Idle</th></tr></thead>
 <tbody>
-{%- for w in rows %}{% set r = w.row %}
-<tr class="container" data-container="{{ r.container }}" data-memory-allocated-bytes="{{ r.memory_allocated_bytes if r.memory_allocated_bytes is not none else '' }}">
-<td>{{ r.container }}</td><td class="num">{{ r.vdevice_index if r.vdevice_index is not none else units.MISSING }}</td>
-<td>{{ r.node }}</td><td class="uuid">{{ r.device_uuid }}</td><td>{{ w.kind }}</td>
-<td class="num memory-allocated">{{ r.memory_allocated_bytes|size }}</td>
-<td class="num memory-used">{{ r.memory_used_bytes|size }}</td>
-<td class="num">{{ r.cores_allocated|percent }}</td>
-<td class="num">{{ r.sm_utilization_percent|percent_100 }}</td>
-<td class="num">{{ r.idle_seconds|duration }}{% if w.idle %} <span class="state state-idle">idle</span>{% endif %}</td>
-</tr>
+{%- for w in rows %}
+{{ row(w, false) }}
 {%- endfor %}
 </tbody></table>
+{{ legend }}
 {%- for c in charts %}
 <section class="history" data-container="{{ c.container }}">
 <h2>Container {{ c.container }}: the last {{ c.seconds|duration }}</h2>
@@ -120,7 +135,27 @@ memory used <span class="pod-memory-used">{{ memory_used|size }}</span> of
 {{ c.utilisation }}
 </section>
 {%- endfor %}
-""")
+"""
+)
+
+LEGEND = Markup(
+    '<p class="muted legend">(of allocated): used as a share of what the pod was given, where'
+    " both are known; a container without an allocation of memory or cores reads"
+    f" {units.MISSING}. Over 100 % only when true, and said why: <em>burst past its share</em>"
+    " (HAMi-core lets a container use SMs beyond its share while the card has them to"
+    " spare), <em>over its allocation</em> (more memory in use than allocated).</p>"
+)
+"""What the workload tables' percentages mean, under each table."""
+
+
+def of_allocated(ratio: float | None, over: str) -> Markup:
+    """`` 34%`` after a reading: its share of the allocation; past 100 %, with why (``over``)."""
+    if ratio is None:
+        return Markup("")
+    text = Markup(' <span class="muted">{}</span>').format(units.percent(ratio))
+    if ratio > 1:
+        text += Markup(' <span class="over">{}</span>').format(over)
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +244,12 @@ class WorkloadViews:
         )
         links = [
             layout.rest_link(query.href("/api/v1/pods", page=None, refresh=None)),
-            layout.promql_link(f"hami_vgpu_memory_used_bytes{{{selector}}}"),
+            layout.promql_link(memory_used(selector)),
         ]
         pager = layout.pager(request, page.number, page.total)
-        body = render(LIST, query=query, page=page, pager=pager)
+        body = render(
+            LIST, query=query, page=page, pager=pager, legend=LEGEND, of_allocated=of_allocated
+        )
         return layout.render(request, "Workloads", body, links, self._interval)
 
     async def detail(self, request: web.Request) -> web.Response:
@@ -236,25 +273,23 @@ class WorkloadViews:
         if not found:
             raise missing
         rows = [self._workload(p, c) for p, c in found]
-        nodes = sorted({p.usage.node for p, _ in found})
+        detail = pod_detail(store.generation, namespace, pod, [w.row for w in rows])
         containers = [w.row.container for w in rows]
-        charts_of = await self._charts(access_of(request), namespace, pod, nodes, containers)
+        charts_of = await self._charts(access_of(request), namespace, pod, detail.nodes, containers)
         selector = f"{matcher('namespace', namespace)},{matcher('pod', pod)}"
         body = render(
             DETAIL,
-            namespace=namespace,
-            pod=pod,
-            nodes=nodes,
-            # the REST pod detail's sums
-            memory_used=sum(w.row.memory_used_bytes or 0 for w in rows),
-            memory_allocated=_sum(w.row.memory_allocated_bytes for w in rows),
+            pod=detail,  # the REST pod detail, its sums and what they cover
             rows=rows,
             charts=charts_of,
+            legend=LEGEND,
+            of_allocated=of_allocated,
+            share=share,
         )
         links = [
             layout.rest_link(f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(pod)}"),
-            layout.promql_link(f"hami_vgpu_memory_used_bytes{{{selector}}}"),
-            layout.promql_link(f"hami_container_device_utilization_ratio{{{selector}}}"),
+            layout.promql_link(memory_used(selector)),
+            layout.promql_link(f"{UTILISATION}{{{selector}}}"),
         ]
         return layout.render(request, f"Pod {namespace}/{pod}", body, links, self._interval)
 
@@ -285,7 +320,7 @@ class WorkloadViews:
                 # node out first (a name regex is not an equality).
                 selector = ",".join(
                     (
-                        f'__name__=~"{MEMORY}|{UTILISATION}"',
+                        f'__name__=~"{MEMORY}|{DEVICE_MEMORY}|{UTILISATION}"',
                         matcher("node", node),
                         matcher("namespace", namespace),
                         matcher("pod", pod),
@@ -303,7 +338,7 @@ class WorkloadViews:
         except QueryError as exc:
             status = 429 if exc.error_type == "unavailable" else 503
             raise ViewError(status, f"the pod's history cannot be read: {exc}") from None
-        memory = [s for s in found if s.labels.get("__name__") == MEMORY]
+        memory = _preferred(found)
         utilisation = [s for s in found if s.labels.get("__name__") == UTILISATION]
         out = []
         for container in dict.fromkeys(containers):
@@ -338,9 +373,23 @@ def _series(found: list[RangeSeries], container: str, scale: float) -> list[Seri
     ]
 
 
-def _sum(values: Iterator[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+def memory_used(selector: str) -> str:
+    """The PromQL of the vGPUs' memory used that ``selector`` picks, counted as the read model
+    counts it (:data:`collector.views.chargeback.MEMORY_USED`)."""
+    return f"{MEMORY}{{{selector}}} or {DEVICE_MEMORY}{{{selector}}}"
+
+
+def _preferred(found: list[RangeSeries]) -> list[RangeSeries]:
+    """Each vGPU's memory line: HAMi-core's where it has one, else its device memory."""
+    chosen: dict[tuple[tuple[str, str], ...], RangeSeries] = {}
+    for s in found:
+        name = s.labels.get("__name__")
+        if name not in (MEMORY, DEVICE_MEMORY):
+            continue
+        vgpu = tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__"))
+        if name == MEMORY or vgpu not in chosen:
+            chosen[vgpu] = s
+    return list(chosen.values())
 
 
 def _wanted(access: Access, namespace: str | None) -> frozenset[str] | None:
