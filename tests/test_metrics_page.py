@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import gzip
 import threading
-import time
 import zlib
-from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import aiohttp
 import pytest
 from aiohttp import web
-from helpers import eventually, real_prometheus, running_collector, until_ready
+from helpers import running_collector, until_ready
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.app import STORE
 from collector.exposition.parse import parse
 from collector.normalise.batch import Source
 from collector.normalise.bodies import Normaliser
@@ -304,36 +301,3 @@ def test_a_page_kept_up_to_date_equals_one_built_from_scratch() -> None:
     assert zipped == plain == fresh
     assert b'node="n08"' in plain
     assert b"gone-" not in plain
-
-
-async def test_real_prometheus_reads_the_gzip_page(tmp_path: Path) -> None:
-    async with (
-        running_collector(kubernetes=False, stale_after=3600) as (base, app),
-        aiohttp.ClientSession() as http,
-    ):
-        fill(app[STORE], time.monotonic())
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
-            "scrape_configs": [
-                {
-                    "job_name": "hami",
-                    "static_configs": [{"targets": [base.removeprefix("http://")]}],
-                }
-            ],
-        }
-        with real_prometheus(tmp_path, config) as prometheus:
-
-            async def pods() -> list[dict[str, Any]]:
-                async with http.get(
-                    f"{prometheus}/api/v1/query",
-                    params={"query": 'hami_vgpu_memory_used_bytes{job="hami"}'},
-                ) as resp:
-                    result: list[dict[str, Any]] = (await resp.json())["data"]["result"]
-                    return result
-
-            async def scraped() -> bool:
-                return len(await pods()) == 3
-
-            await eventually(scraped, 30, "Prometheus to scrape every node's series")
-            by_node = {r["metric"]["node"]: r["value"][1] for r in await pods()}
-            assert by_node == {"n1": "7", "n2": "5", WEIRD: "NaN"}

@@ -1,9 +1,6 @@
-"""The status page (``GET /status``): filters, pages, escaping, its place in the views' frame,
-and the demo in a real browser.
+"""The status page (``GET /status``): filters, pages, escaping, its place in the views' frame.
 
-The browser is Debian's chromium, headless, fetched into .tools by ``make tools``:
-it loads the page the demo serves, the test reads the DOM it built and keeps a
-screenshot in the test's temporary folder.
+The demo's page in a real browser is tests/test_status_page_browser.py.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from browser import page_and_shot, png_size
 from helpers import eventually, reserved_port, running_collector, scraping_collector, serving
 from receivers import Recorder, prometheus_receiver
 
@@ -31,7 +27,6 @@ from collector.web.ui.panels import Panel
 from collector.web.ui.status import PANELS
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
-from simulator.run import demo_app
 from testing.fakekube import FakeKube
 
 HOSTILE = '<script>alert("x")</script>&amp;'
@@ -436,50 +431,3 @@ async def test_discovery_shows_a_bad_targets_file(tmp_path: Path) -> None:
 
 async def _is_row(found: Awaitable[list[str] | None]) -> bool:
     return await found is not None
-
-
-# The browser test: the demo, in this process, loaded by a real chromium.
-
-
-@pytest.mark.timeout(240)  # up to 90 s of page loads, each a browser start, on a busy machine
-async def test_the_demo_page_in_a_real_browser(tmp_path: Path) -> None:
-    folder = tmp_path / "demo"
-    folder.mkdir()
-    with reserved_port() as port:
-        app, lines = demo_app(f"127.0.0.1:{port}", 4, 2.0, folder)
-        base = f"http://127.0.0.1:{port}"
-        assert lines[:2] == [f"Overview: {base}/", f"Status page: {base}/status"]
-        flaky = lines[2].rpartition("flaky: ")[2]
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-            dom = ""
-            shot = tmp_path / "status.png"
-
-            # The flaky monitor fails about every other scrape, and an agent whose
-            # push is late under load goes stale: load the page until both show.
-            # Each load dumps the DOM and takes the screenshot of that same page.
-            async def failing_in_browser() -> bool:
-                nonlocal dom
-                dom = await page_and_shot(
-                    tmp_path / "profile", shot, f"{base}/status", (1400, 1000)
-                )
-                rows = Rows(dom).rows
-                agents = [row["node"] for row in rows if row["kind"] == "agent"]
-                failing = {"class": "source", "node": flaky, "state": "failing", "kind": "kai"}
-                return failing in rows and agents == [
-                    "gpu-node-001",
-                    "gpu-node-005",
-                    "gpu-node-006",
-                    "gpu-plugin-01",
-                ]
-
-            await eventually(failing_in_browser, 90, f"chromium showing {flaky} failing, 4 agents")
-            _, cells = Rows(dom).row(flaky, "kai")
-            assert cells[3].strip() == "failing"
-            assert cells[-1].startswith(("http: HTTP 500", "timeout: no complete answer"))
-            assert png_size(shot) == (1400, 1000)
-            assert shot.stat().st_size > 30_000  # text, tables and badges, not a blank page
-        finally:
-            await runner.cleanup()
