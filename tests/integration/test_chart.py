@@ -33,7 +33,7 @@ from collector.settings import CollectorSettings
 from collector.web import webconfig
 from core.shards import shard_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".tools" / "helm" / "helm"
 CHART = ROOT / "charts" / "hami-usage-collector"
 CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -348,7 +348,7 @@ def test_rbac_never_grants_more(rendered: dict[str, list[Doc]]) -> None:
 
 def test_every_container_is_locked_down(rendered: dict[str, list[Doc]]) -> None:
     # Who runs as whom, and what the kubelet and Pod Security Admission make of it:
-    # tests/test_pod_security.py.
+    # tests/integration/test_pod_security.py.
     for name, docs in rendered.items():
         for workload in collectors(docs) + find(docs, "DaemonSet"):
             pod = workload["spec"]["template"]["spec"]

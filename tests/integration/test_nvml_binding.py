@@ -27,7 +27,7 @@ import pytest
 
 from testing import fakenvml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 

@@ -1,7 +1,7 @@
 """The overview (``GET /``): the demo in a real browser, its numbers against REST's, a tenant's
 share, pages of tiles at size, and the last hour from the history.
 
-The browser is Debian's chromium, headless (tests/browser.py): it loads the
+The browser is Debian's chromium, headless (tests/support/browser.py): it loads the
 overview the demo serves, the test reads the DOM it built and keeps a
 screenshot in the test's temporary folder.
 """

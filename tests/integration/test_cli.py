@@ -151,7 +151,7 @@ async def test_serve_starts_and_stops_on_sigterm() -> None:
 
 
 def test_the_readme_opens_with_the_two_commands_and_the_docs_list_every_setting() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     assert readme.startswith("# hami-usage-collector\n\nOne ")  # what it is, first
     assert "```sh\nmake run" in readme.split("\n## ")[0], "the two commands on the first screen"
@@ -320,7 +320,7 @@ def test_a_program_without_its_extra_says_what_to_install(
     info = tmp_path / "hami_usage_collector-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(installed)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-c", _WITHOUT, refused, *command],
         cwd=tmp_path,  # first on sys.path: not the source tree, where a build leaves its metadata

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import aiohttp
 from helpers import eventually, reserved_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILT_INS = {"$__rate_interval": "1m", "$__interval": "2s", "$__range_s": "60", "$__range": "1m"}
 FIRST = (
     "rate(hami_container_device_utilization_ratio[1m])",

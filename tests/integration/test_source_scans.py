@@ -21,10 +21,10 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCT = ("core", "agent", "collector", "simulator")
-"""The packages that run in the programs (as ``tests/test_imports.py`` reads them)."""
+"""The packages that run in the programs (as ``tests/integration/test_imports.py`` reads them)."""
 TASK_OWNER = ROOT / "core" / "tasks.py"
 """The one module that makes tasks."""
 MAKES_A_TASK = frozenset({"create_task", "ensure_future", "run_coroutine_threadsafe"})

@@ -27,7 +27,7 @@ from agent.cgroups import owner
 from agent.gpucheck import CONTEXT_ALLOWANCE, host_pid
 from testing import fakecuda, fakenvml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 CHECKS = {
     "worker",

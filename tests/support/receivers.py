@@ -17,7 +17,7 @@ from helpers import real_prometheus, reserved_port
 
 from testing.processes import stop
 
-VICTORIA = Path(__file__).resolve().parent.parent / ".tools" / "victoria-metrics" / "usr" / "bin"
+VICTORIA = Path(__file__).resolve().parents[2] / ".tools" / "victoria-metrics" / "usr" / "bin"
 START_TIMEOUT = 30.0
 
 

@@ -19,7 +19,7 @@ from collector.app import STORE
 from collector.store.latest import Store
 from collector.web.rest.handlers import RestApi
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHART_README = ROOT / "charts" / "hami-usage-collector" / "README.md"
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -23,7 +23,7 @@ from simulator.monitors import MonitorFarm
 from simulator.node import SimulatedNode
 from simulator.run import write_targets
 
-RULES = Path(__file__).resolve().parent.parent / "rules" / "hami-usage.rules.yaml"
+RULES = Path(__file__).resolve().parents[2] / "rules" / "hami-usage.rules.yaml"
 GROUP = "hami-usage-chargeback"
 LEVEL_OF = {"namespace": "namespace", "pod": "namespace_pod", "node": "node"}
 LABELS_OF = {"namespace": ("namespace",), "pod": ("namespace", "pod"), "node": ("node",)}

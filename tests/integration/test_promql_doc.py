@@ -14,7 +14,7 @@ from collector.promql.plan import (
     VECTOR_FUNCTIONS,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "promql-support-table"
 DOC = ROOT / "docs" / "promql.md"
 

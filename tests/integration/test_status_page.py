@@ -1,6 +1,6 @@
 """The status page (``GET /status``): filters, pages, escaping, its place in the views' frame.
 
-The demo's page in a real browser is tests/test_status_page_browser.py.
+The demo's page in a real browser is tests/browser/test_status_page_browser.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The demo's full container: kept through churn, its vGPU memory at its limit at every step.
 
-tests/test_alertmanager.py counts on it for ``HamiVGPUMemoryNearLimit``.
+tests/integration/test_alertmanager.py counts on it for ``HamiVGPUMemoryNearLimit``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ target is stale. The expressions are otherwise the file's own.
 
 Pushes run through the collector's push API as an agent's would; Prometheus'
 own semantics of every rule are proven by the promtool unit tests
-(tests/test_rules.py).
+(tests/integration/test_rules.py).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from simulator.run import collector_flavour
 from simulator.workload import MIB
 from testing.oracle import expected_canonical
 
-RULES = Path(__file__).resolve().parent.parent / "rules" / "hami-usage.rules.yaml"
+RULES = Path(__file__).resolve().parents[2] / "rules" / "hami-usage.rules.yaml"
 TOKEN = "e2e-shared-token"
 GIB = 1 << 30
 # Labels vmalert adds to every alert and the rule's own: not the ones the expressions compute.

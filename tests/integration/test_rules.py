@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from helpers import prometheus_tool
 
-RULES = Path(__file__).resolve().parent.parent / "rules"
+RULES = Path(__file__).resolve().parents[2] / "rules"
 RULE_FILE = RULES / "hami-usage.rules.yaml"
 TEST_FILE = RULES / "hami-usage.rules_test.yaml"
 

@@ -46,7 +46,7 @@ from simulator.run import PLUGIN_NODE
 from simulator.workload import full_pod
 from testing.processes import stop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "hami-usage.rules.yaml"
 EXAMPLE = ROOT / "rules" / "alertmanager.example.yml"
 BIN = ROOT / ".tools" / "alertmanager" / "usr" / "bin"

@@ -1,6 +1,6 @@
 """Remote write: refusals, retries, the queue's bound, external labels, metadata.
 
-Into real receivers: tests/test_remote_write_receivers.py.
+Into real receivers: tests/integration/test_remote_write_receivers.py.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ async def collector(tmp_path: Path) -> AsyncIterator[Pushing]:
     async with running_collector(
         pods=SimulatedDirectory([node]),
         kubernetes=False,
-        allocations=False,  # only the pushed series: tests/test_allocation.py covers the others
+        allocations=False,  # only the pushed series: tests/unit/test_allocation.py covers the others
         push_auth="none",
         stale_after=1.0,
         push_max_inflight=1,

@@ -1,6 +1,6 @@
 """Every endpoint Grafana's Prometheus datasource calls on ``/prometheus/api/v1/``.
 
-Against the collector (its history filled as ``tests/test_tenant_promql.py``
+Against the collector (its history filled as ``tests/integration/test_tenant_promql.py``
 fills it, read as tenant ``A`` and as a cluster reader) and, in one test, against
 a real Prometheus 2.42 given the same requests: same status codes, envelope
 keys, ``data`` types and ``errorType``; ``format_query``'s texts compared one by

@@ -216,7 +216,7 @@ def program(*args: str, env: Mapping[str, str] | None = None) -> Iterator[Progra
         running.stop()
 
 
-TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "prometheus" / "usr" / "bin"
+TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "prometheus" / "usr" / "bin"
 
 
 def prometheus_tool(name: str) -> Path:
@@ -279,9 +279,7 @@ def _ready(url: str) -> bool:
     return _answers(f"{url}/-/ready")
 
 
-VICTORIA_TOOLS = (
-    Path(__file__).resolve().parent.parent / ".tools" / "victoria-metrics" / "usr" / "bin"
-)
+VICTORIA_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "victoria-metrics" / "usr" / "bin"
 VMALERT_START_TIMEOUT = 30.0
 
 

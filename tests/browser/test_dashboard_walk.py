@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from helpers import eventually, running_demo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 BUILT_INS = {
     "$__rate_interval": "1m",  # 4 x the demo's 1 s scrape interval, at least Grafana's 1m floor

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from helpers import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = ROOT / ".tools" / "chromium" / "run"
 
 

@@ -33,7 +33,7 @@ from simulator.agents import SimulatedDirectory
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "hami-usage.json"
 FROZEN = 1_900_000_000.0
 

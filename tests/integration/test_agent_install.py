@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OURS = ("agent", "core", "collector", "simulator")
 HEAVY = ("numba", "llvmlite", "numpy", "kubernetes-asyncio", "jinja2")
 """What the image of both programs carried for the collector: ~300 MiB of its ~390."""
