@@ -37,14 +37,23 @@ run: $(STAMP)
 test: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/pytest
 
+# The fast group alone, under a minute: tests/unit runs our code in the test's process
+# (loopback servers at most), starts no program and needs nothing from .tools. `make test`
+# runs it with tests/integration (real programs, subprocesses, long waits) and tests/browser
+# (headless Chromium, the demo and the agent end to end); docs/development.md says which
+# group a new module joins.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
 # The tests of the compiled loops (the history's reads and lookups, the range functions,
 # aggregations and rankings, the JSON body) once more under numba's bounds checking: an
 # index past an array, or a read past what a loop's table of addresses names, raises
 # IndexError instead of reading wild memory (collector/compiled.py). Its loops are other
 # code, cached in a folder of their own.
-BOUNDSCHECK_TESTS := tests/integration/test_compiled.py tests/integration/test_history.py tests/unit/test_range_windows.py \
-	tests/unit/test_newest.py tests/unit/test_kernels.py tests/unit/test_promjson.py tests/unit/test_engine.py \
-	tests/unit/test_promql.py
+BOUNDSCHECK_TESTS := tests/integration/test_compiled.py tests/integration/test_history.py \
+	tests/unit/test_range_windows.py tests/unit/test_newest.py tests/unit/test_kernels.py \
+	tests/unit/test_promjson.py tests/unit/test_engine.py tests/unit/test_promql.py
 .PHONY: test-boundscheck
 test-boundscheck: $(STAMP)
 	NUMBA_BOUNDSCHECK=1 $(BIN)/pytest -q $(BOUNDSCHECK_TESTS)
