@@ -37,14 +37,23 @@ run: $(STAMP)
 test: $(STAMP) $(PROMETHEUS) $(VICTORIA)
 	$(BIN)/pytest
 
+# The fast group alone, under a minute: tests/unit runs our code in the test's process
+# (loopback servers at most), starts no program and needs nothing from .tools. `make test`
+# runs it with tests/integration (real programs, subprocesses, long waits) and tests/browser
+# (headless Chromium, the demo and the agent end to end); docs/development.md says which
+# group a new module joins.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
 # The tests of the compiled loops (the history's reads and lookups, the range functions,
 # aggregations and rankings, the JSON body) once more under numba's bounds checking: an
 # index past an array, or a read past what a loop's table of addresses names, raises
 # IndexError instead of reading wild memory (collector/compiled.py). Its loops are other
 # code, cached in a folder of their own.
-BOUNDSCHECK_TESTS := tests/test_compiled.py tests/test_history.py tests/test_range_windows.py \
-	tests/test_newest.py tests/test_kernels.py tests/test_promjson.py tests/test_engine.py \
-	tests/test_promql.py
+BOUNDSCHECK_TESTS := tests/integration/test_compiled.py tests/integration/test_history.py \
+	tests/unit/test_range_windows.py tests/unit/test_newest.py tests/unit/test_kernels.py \
+	tests/unit/test_promjson.py tests/unit/test_engine.py tests/unit/test_promql.py
 .PHONY: test-boundscheck
 test-boundscheck: $(STAMP)
 	NUMBA_BOUNDSCHECK=1 $(BIN)/pytest -q $(BOUNDSCHECK_TESTS)
@@ -91,7 +100,7 @@ $(VICTORIA):
 	scripts/fetch-victoria-metrics .tools
 
 # Alertmanager 0.25 and amtool (Debian's prometheus-alertmanager), unpacked the same
-# way: tests/test_alertmanager.py routes vmalert's alerts through it to webhooks.
+# way: tests/integration/test_alertmanager.py routes vmalert's alerts through it to webhooks.
 $(ALERTMANAGER):
 	scripts/fetch-alertmanager .tools
 
@@ -103,7 +112,7 @@ test: $(ALERTMANAGER)
 $(CHROMIUM):
 	scripts/fetch-chromium .tools
 
-# tests/test_status_page.py loads the page in it.
+# tests/browser/test_status_page_browser.py loads the page in it.
 test: $(CHROMIUM)
 
 clean:
@@ -115,13 +124,13 @@ clean:
 $(HELM): scripts/fetch-helm | $(STAMP)
 	PYTHON=$(BIN)/python scripts/fetch-helm .tools
 
-# tests/test_chart.py runs helm too.
+# tests/integration/test_chart.py runs helm too.
 test: $(HELM)
 
 # The chart, checked with the real tools: helm lint --strict and helm template
 # over every values file in $(CHART)/ci, every rendered manifest validated by
 # kubernetes-validate --strict for each of $(KUBE_VERSIONS) (the Prometheus
-# Operator kinds have no schema there: tests/test_chart.py checks them), then
+# Operator kinds have no schema there: tests/integration/test_chart.py checks them), then
 # the tests that read the rendered YAML; first, that the chart README's values
 # table is the one values.schema.json gives.
 chart-check: $(STAMP) $(HELM)
@@ -139,7 +148,7 @@ chart-check: $(STAMP) $(HELM)
 	if grep -v 'kind \(ServiceMonitor\|PodMonitor\|PrometheusRule\) with api version monitoring.coreos.com/v1 ' $(CHART_OUT)/validate.log | grep .; then \
 	  echo "chart-check: kubernetes-validate failed or found no schema (above)"; exit 1; fi; \
 	test $$rc -eq 0 || { cat $(CHART_OUT)/validate.log; exit 1; }
-	$(BIN)/pytest -q tests/test_chart.py tests/test_chart_readme.py
+	$(BIN)/pytest -q tests/integration/test_chart.py tests/integration/test_chart_readme.py
 
 # The collector's image and the node agent's, each with its own program's dependencies;
 # both need a docker daemon (not used in CI: `make wheel-check` checks the agent's install).

@@ -109,7 +109,7 @@ def array_at(table: Any, row: int, offset: int, count: int, dtype: Any) -> Any:
     keeps the arrays alive.
     """
     # CHECKED is a constant of the compiled code: when False neither check is compiled (their
-    # cost: nothing; tests/test_compiled.py reads the loops' LLVM IR for it)
+    # cost: nothing; tests/integration/test_compiled.py reads the loops' LLVM IR for it)
     if CHECKED and (row < 0 or row >= table.shape[0] or offset < 0 or count < 0):
         raise IndexError("array_at: a row past its table, or a negative offset or count")
     found = carray(_pointer(table[row, 0] + offset), count, dtype)

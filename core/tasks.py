@@ -13,7 +13,7 @@ warm-up): it ends when its job is done, and is restarted only if it crashes.
 Short computations that callers share are :class:`Flights`: one per key at a
 time, joined by every caller of that key, and owned too (its owner stops it).
 This module is the one place of the product that makes a task: a test
-(``tests/test_source_scans.py``) holds every other module to it.
+(``tests/integration/test_source_scans.py``) holds every other module to it.
 
 A module of its own in ``core`` so that both programs use it; it imports
 neither of them.

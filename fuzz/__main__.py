@@ -5,7 +5,7 @@ from its seeds and the corpus it grew before (``.fuzz/<target>/``), with a
 per-input time limit and an RSS limit; a crashing input is saved as
 ``.fuzz/crash-<target>-*`` and fails the run. ``python -m fuzz --one TARGET ...``
 is that child process. Without atheris, the same targets run under hypothesis
-(``tests/test_fuzz.py``, ``FUZZ_EXAMPLES`` examples each).
+(``tests/unit/test_fuzz.py``, ``FUZZ_EXAMPLES`` examples each).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> int:
         print("atheris is not installed: running the targets under hypothesis", file=sys.stderr)
         env = {**os.environ, "FUZZ_EXAMPLES": str(opts.runs)}
         return subprocess.call(
-            [sys.executable, "-m", "pytest", "-q", "tests/test_fuzz.py"], env=env
+            [sys.executable, "-m", "pytest", "-q", "tests/unit/test_fuzz.py"], env=env
         )
     failed = False
     print("| target | inputs | seconds | inputs/s | peak RSS MiB | result |")

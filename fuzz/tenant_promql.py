@@ -6,7 +6,7 @@ series, answers exactly as the same text run by a cluster reader over a history
 holding ``A``'s series alone: the same series, the same values, the same error.
 So nothing of another namespace, and no series without a ``namespace`` label,
 reaches a tenant, whatever the selectors, functions, subqueries, ``@`` or
-``offset`` (``tests/test_tenant_promql.py`` draws queries from a grammar and
+``offset`` (``tests/integration/test_tenant_promql.py`` draws queries from a grammar and
 reads the HTTP API; this target takes raw text).
 
 One exception, about labels the query itself writes, never data:

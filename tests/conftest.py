@@ -20,7 +20,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Compile the query engine's loops before any test: each collector a test starts waits
     for them before it is ready, and the first one in the process would otherwise spend a
     test's readiness timeout compiling (10-15 s without the compile cache that ``make test``
-    keeps; about 0.5 s with it). tests/test_coldstart.py measures the cold start itself,
+    keeps; about 0.5 s with it). tests/integration/test_coldstart.py measures the cold start itself,
     in a process of its own."""
     warmup.warm(matrix_body)
 

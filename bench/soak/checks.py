@@ -1,7 +1,7 @@
 """The soak's oracle: what one read of ``/metrics`` must show, given the simulated cluster's state.
 
 Pure functions of a page and the nodes' states, so their own logic is tested
-(``tests/test_soak_checks.py``) apart from the soak. A node is judged only
+(``tests/unit/test_soak_checks.py``) apart from the soak. A node is judged only
 once its state has been settled for ``grace`` seconds (a scrape, a watch
 event, an expiry tick), and a node that must go is given ``stale_after``
 more: that is the promise under test, "no ghost series for more than

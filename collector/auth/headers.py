@@ -3,7 +3,7 @@
 Pushes, reads and the web configuration's users all take their credentials
 from here, so the scheme is matched one way everywhere: case-insensitively
 (RFC 9110 §11.1), the value's surrounding spaces stripped, an empty value the
-same as none. ``tests/test_imports.py`` checks that no module outside
+same as none. ``tests/integration/test_imports.py`` checks that no module outside
 :mod:`collector.auth` reads the header.
 """
 

@@ -6,7 +6,7 @@ Each is plan (:mod:`.plan`), select (:mod:`.select`), evaluate
 :meth:`Prepared.run` evaluates what was read without touching the storage, so
 a server reads where the storage is safe to read and evaluates anywhere.
 Semantics follow Prometheus 2.42 (checked against it by
-tests/test_promql_vs_prometheus.py).
+tests/integration/test_promql_vs_prometheus.py).
 
 Answered: every function, aggregation, operator and modifier of Prometheus
 2.42 over float samples. Selectors with ``= != =~ !~``, ``offset`` and ``@``
@@ -24,7 +24,7 @@ year``, ``rate irate increase delta idelta changes resets deriv
 predict_linear holt_winters``, ``avg min max sum count last quantile stddev
 stdvar present absent _over_time``, and ``histogram_quantile`` over classic
 ``_bucket`` series. Prometheus' own engine tests of 2.42 run against it too
-(tests/promql_engine/).
+(tests/unit/promql_engine/).
 
 Refused with an ``execution`` error ``unsupported: <feature>`` before any
 data is read: the native-histogram functions (``histogram_count``,

@@ -11,7 +11,7 @@ Each step stands for the step before it: the window covered is
 
 ``rules/hami-usage.rules.yaml`` records the same per-step sums for
 Prometheus; summed over a window and multiplied by the evaluation interval,
-they give the same numbers (tests/test_chargeback.py checks it).
+they give the same numbers (tests/integration/test_chargeback.py checks it).
 
 Memory used counts every vGPU the collector attributes, as the read model
 does (:attr:`~collector.views.usage.ContainerReading.memory_used`): HAMi-core's

@@ -9,7 +9,7 @@
  *         first in LD_LIBRARY_PATH: pynvml does CDLL("libnvidia-ml.so.1").
  *
  * The machine (values live in the tables below; testing/fakenvml/__init__.py
- * repeats them as Python constants and tests/test_nvml_binding.py checks the
+ * repeats them as Python constants and tests/integration/test_nvml_binding.py checks the
  * two agree through the binding):
  *
  *   card 0  GPU-11111111-1111-1111-1111-111111111111  "NVIDIA H200", MIG off.

@@ -3,7 +3,7 @@
 Everything in it is read by the API's users: :data:`DESCRIPTION`, the endpoints'
 summaries and parameters, and the models' docstrings and field descriptions, in plain
 text (Markdown where any), without the developers' words (roles, module names, ``await``).
-``tests/test_help_and_links.py`` reads the served document for them.
+``tests/integration/test_help_and_links.py`` reads the served document for them.
 """
 
 from __future__ import annotations
