@@ -206,11 +206,16 @@ class History:
     def _wanted(self, matchers: Sequence[Matcher]) -> Iterator[tuple[NodeSeries, Mask | None]]:
         """Each node with series that pass ``matchers``, and which (None: all).
 
-        Equality matchers go first: a ``__name__`` or value the node never had
-        rules it out before any array is read. A ``node`` equality names the only
-        node that can match (a view's pod chart at 5,000 nodes asked each: 8 ms).
+        ``node`` matchers go first: each decides a whole node on its name, before
+        any array is read (a regex over two of 80 nodes: 0.3 ms of a 1.2 ms query
+        went on the others' ``__name__`` masks). Then equality matchers: a
+        ``__name__`` or value the node never had rules it out. A ``node`` equality
+        names the only node that can match (a view's pod chart at 5,000 nodes asked
+        each: 8 ms).
         """
-        ordered = sorted(matchers, key=lambda m: (m.op != "=", m.name != "__name__"))
+        ordered = sorted(
+            matchers, key=lambda m: (m.name != "node", m.op != "=", m.name != "__name__")
+        )
         verdicts: Verdicts = {}
         node = next((m.value for m in matchers if m.name == "node" and m.op == "="), None)
         states = list(self._nodes.values()) if node is None else [self._nodes.get(node)]

@@ -14,7 +14,6 @@ take from an object array and a ``join``, 15 ms here (the whole body: 60 and
 
 from __future__ import annotations
 
-import json
 from json.encoder import encode_basestring_ascii
 from operator import attrgetter
 from typing import cast
@@ -44,7 +43,8 @@ def matrix_body(answer: MatrixColumns) -> bytes:
     if not answer.present.any():
         return _HEAD + _TAIL
     bits, which = _distinct(answer.values[answer.present].view(np.uint64))
-    steps = [b"[" + json.dumps(t).encode() + b',"' for t in (answer.at_ms / 1000).tolist()]
+    # repr is json.dumps' text of a finite float, a fifth of its time (300 steps: 0.3 ms)
+    steps = [b"[" + repr(t).encode() + b',"' for t in (answer.at_ms / 1000).tolist()]
     openings = _openings(answer)
     # each step's piece; each value's followed by another point, then ending a series;
     # each series' opening
