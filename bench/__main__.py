@@ -360,7 +360,7 @@ def parser() -> argparse.ArgumentParser:
     al = subs.add_parser("allocations", help="one refresh of the pod watch's allocation batches")
     al.set_defaults(handler=lambda a: print(json.dumps(allocations.measure(), indent=2)))
     cs = subs.add_parser("coldstart", help="first queries after a start, against warm ones")
-    cs.add_argument("--runs", type=int, default=3, help="cold starts measured")
+    cs.add_argument("--runs", type=int, default=5, help="cold starts measured")
     cs.set_defaults(handler=lambda a: importlib.import_module("bench.coldstart").main(a.runs))
     ra = subs.add_parser(
         "readauth", help="what read authorization adds to a cached identity's read"
