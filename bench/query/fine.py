@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -40,13 +38,12 @@ from typing import Any
 
 from bench.kit.cluster import ROOT
 from bench.kit.processes import loopback_socket
-from bench.query import dashboard
 from bench.query.answers import agreement, from_json
 from bench.query.budget import Budget, summary
 from bench.query.fill import fill
-from bench.query.http import serve_and_time
+from bench.query.http import time_ranges
 from bench.query.peer import Prometheus, remote_write
-from bench.query.setup import PREFIX, STALE_AFTER
+from bench.query.setup import STALE_AFTER
 from collector.app import STORE, build_app
 from collector.memory import heap, malloc
 from collector.promql.engine import Engine, Queries
@@ -65,16 +62,16 @@ C = "hami_container_device_utilization_ratio"
 H = "hami_host_gpu_utilization_ratio"
 M = "hami_host_gpu_memory_used_bytes"
 QUERIES: dict[str, tuple[str, float, float]] = {
-    "rate, containers, 1m": (f"rate({C}[1m])", 60.0, 1.0),
-    "avg_over_time, cards, 1m": (f"avg_over_time({H}[30s])", 60.0, 1.0),
-    "bottomk, cards, 1m": (f"bottomk(5, {H})", 60.0, 1.0),
-    "topk, containers, 1m": (f"topk(5, {C})", 60.0, 1.0),
-    "sum by node, cards, 5m": (f"sum by (node) ({H})", 300.0, 1.0),
-    "max_over_time, cards, 5m": (f"max_over_time({M}[1m])", 300.0, 1.0),
-    "one node's cards, 5m": (f'{H}{{node=~"gpu-node-00(1|2)"}}', 300.0, 1.0),
-    "quantile_over_time, containers, 5m": (f"quantile_over_time(0.9, {C}[1m])", 300.0, 1.0),
-    "avg by node, cards, 1h panel": (f"avg by (node) (avg_over_time({H}[1m]))", SPAN, PANEL_STEP),
-    "rate, containers, 1h panel": (f"sum by (namespace) (rate({C}[1m]))", SPAN, PANEL_STEP),
+    "rate_containers_1m": (f"rate({C}[1m])", 60.0, 1.0),
+    "avg_over_time_cards_1m": (f"avg_over_time({H}[30s])", 60.0, 1.0),
+    "bottomk_cards_1m": (f"bottomk(5, {H})", 60.0, 1.0),
+    "topk_containers_1m": (f"topk(5, {C})", 60.0, 1.0),
+    "sum_by_node_cards_5m": (f"sum by (node) ({H})", 300.0, 1.0),
+    "max_over_time_cards_5m": (f"max_over_time({M}[1m])", 300.0, 1.0),
+    "two_nodes_cards_5m": (f'{H}{{node=~"gpu-node-00(1|2)"}}', 300.0, 1.0),
+    "quantile_over_time_containers_5m": (f"quantile_over_time(0.9, {C}[1m])", 300.0, 1.0),
+    "avg_by_node_cards_1h_panel": (f"avg by (node) (avg_over_time({H}[1m]))", SPAN, PANEL_STEP),
+    "rate_by_namespace_1h_panel": (f"sum by (namespace) (rate({C}[1m]))", SPAN, PANEL_STEP),
 }
 """Name -> (query, seconds back from now, step)."""
 IN_PROCESS = Budget(60, 3.0, 10)
@@ -148,35 +145,17 @@ def one_size(
             with heap.fewer_collections():  # as the collector runs
                 asyncio.run(in_process())
             malloc.queries_done()
-            peers = {"ours": f"http://127.0.0.1:{port}", "prometheus": prometheus.base}
-            prefixes = {"ours": PREFIX, "prometheus": "/api/v1"}
-            targets = [
-                [f"{peer}_{i}", base, dashboard.range_path(prefixes[peer], q, s, e, step)]
-                for i, (q, s, e, step) in enumerate(windows.values())
-                for peer, base in peers.items()
-            ]
-            spec = {
-                "targets": targets,
-                "budget": {
-                    "repeats": OVER_HTTP.repeats,
-                    "seconds": OVER_HTTP.seconds,
-                    "least": OVER_HTTP.least,
-                },
-                "out": folder,
-                "pids": [os.getpid(), prometheus.process.pid],
-            }
-            gc.collect()
-            times, _ = asyncio.run(serve_and_time(app, spec, sock))
-            bodies = {name: Path(folder, f"{name}.json").read_bytes() for name, *_ in targets}
+            peer = (prometheus.base, prometheus.process.pid)
+            times, bodies = time_ranges(app, sock, peer, windows, OVER_HTTP, folder)
         finally:
             prometheus.close()
-    for i, (name, (q, s, e, step)) in enumerate(windows.items()):
+    for name, (q, s, e, step) in windows.items():
         inproc, answer = ours[name]
-        theirs = from_json(bodies[f"prometheus_{i}"])
-        h_ours, h_theirs = times[f"ours_{i}"], times[f"prometheus_{i}"]
+        theirs = from_json(bodies[name][1])
+        h_ours, h_theirs = times[f"ours_{name}"], times[f"prometheus_{name}"]
         checks = {
             "in_process": agreement(theirs, from_json(answer)),
-            "http": agreement(theirs, from_json(bodies[f"ours_{i}"])),
+            "http": agreement(theirs, from_json(bodies[name][0])),
         }
         out["queries"][name] = {
             "query": q,

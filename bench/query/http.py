@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.client
 import importlib
 import itertools
 import json
+import os
 import socket
 import time
 import urllib.parse
@@ -18,11 +20,8 @@ from aiohttp import web
 from bench.kit.cluster import ROOT
 from bench.kit.processes import cpu_seconds
 from bench.query.budget import Budget, summary
-from bench.query.setup import (
-    CLIENT_TIMEOUT,
-    HELPER,
-    HTTP_TIMEOUT,
-)
+from bench.query.dashboard import range_path
+from bench.query.setup import CLIENT_TIMEOUT, HELPER, HTTP_TIMEOUT, PREFIX
 from collector.app import SETTINGS, STORE
 
 QUIET_WINDOW_S = 0.2
@@ -135,6 +134,43 @@ def rest_routes(app: web.Application) -> str:
     except Exception as exc:
         return f"not present ({type(exc).__name__}: {exc})"
     return "mounted by the bench (build_app does not mount it yet)"
+
+
+Window = tuple[str, float, float, float]
+"""A range query and its start, end and step."""
+
+
+def time_ranges(
+    app: web.Application,
+    sock: socket.socket,
+    peer: tuple[str, int],
+    windows: dict[str, Window],
+    budget: Budget,
+    folder: str,
+) -> tuple[dict[str, Any], dict[str, tuple[bytes, bytes]]]:
+    """Time every range query of ``windows`` over HTTP on ``app`` (served on ``sock``) and on
+    Prometheus (``peer``: its base URL and pid), requests interleaved, each sent once both
+    are quiet: the client's times by ``ours_<name>`` and ``prometheus_<name>``, and each
+    name's last bodies, ours and Prometheus'."""
+    port = sock.getsockname()[1]
+    peers = {"ours": (f"http://127.0.0.1:{port}", PREFIX), "prometheus": (peer[0], "/api/v1")}
+    targets = [
+        [f"{who}_{name}", base, range_path(prefix, q, start, end, step)]
+        for name, (q, start, end, step) in windows.items()
+        for who, (base, prefix) in peers.items()
+    ]
+    spec = {
+        "targets": targets,
+        "budget": {"repeats": budget.repeats, "seconds": budget.seconds, "least": budget.least},
+        "out": folder,
+        "pids": [os.getpid(), peer[1]],
+    }
+    gc.collect()
+    times, _ = asyncio.run(serve_and_time(app, spec, sock))
+    read = {
+        who: {n: Path(folder, f"{who}_{n}.json").read_bytes() for n in windows} for who in peers
+    }
+    return times, {name: (read["ours"][name], read["prometheus"][name]) for name in windows}
 
 
 async def serve_and_time(

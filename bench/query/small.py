@@ -23,11 +23,8 @@ against Prometheus' (label sets, values within 1e-9, timestamps).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -36,13 +33,12 @@ from typing import Any
 
 from bench.kit.cluster import ROOT
 from bench.kit.processes import loopback_socket
-from bench.query import dashboard
 from bench.query.answers import agreement, from_json
 from bench.query.budget import Budget, timed
 from bench.query.fill import fill
-from bench.query.http import serve_and_time
+from bench.query.http import time_ranges
 from bench.query.peer import Prometheus, remote_write
-from bench.query.setup import HISTORY_MAX_POINTS, HISTORY_RETENTION, PREFIX, SPAN, STALE_AFTER
+from bench.query.setup import HISTORY_MAX_POINTS, HISTORY_RETENTION, SPAN, STALE_AFTER
 from collector.app import STORE, build_app
 from collector.memory import heap, malloc
 from collector.promql.query import prepare_range
@@ -124,35 +120,18 @@ def one_size(nodes: int, queries: dict[str, str]) -> dict[str, Any]:
                         IN_PROCESS,
                     )
             malloc.queries_done()
-            peers = {"ours": f"http://127.0.0.1:{port}", "prometheus": prometheus.base}
-            prefixes = {"ours": PREFIX, "prometheus": "/api/v1"}
-            targets = [
-                [f"{peer}_{name}", base, dashboard.range_path(prefixes[peer], q, start, now, STEP)]
-                for name, q in queries.items()
-                for peer, base in peers.items()
-            ]
-            spec = {
-                "targets": targets,
-                "budget": {
-                    "repeats": OVER_HTTP.repeats,
-                    "seconds": OVER_HTTP.seconds,
-                    "least": OVER_HTTP.least,
-                },
-                "out": folder,
-                "pids": [os.getpid(), prometheus.process.pid],
-            }
-            gc.collect()
-            times, _ = asyncio.run(serve_and_time(app, spec, sock))
-            bodies = {name: Path(folder, f"{name}.json").read_bytes() for name, *_ in targets}
+            windows = {name: (q, start, now, STEP) for name, q in queries.items()}
+            peer = (prometheus.base, prometheus.process.pid)
+            times, bodies = time_ranges(app, sock, peer, windows, OVER_HTTP, folder)
         finally:
             prometheus.close()
     for name in queries:
         inproc, answer = ours[name]
-        theirs = from_json(bodies[f"prometheus_{name}"])
+        theirs = from_json(bodies[name][1])
         h_ours, h_theirs = times[f"ours_{name}"], times[f"prometheus_{name}"]
         checks = {
             "in_process": agreement(theirs, from_json(answer)),
-            "http": agreement(theirs, from_json(bodies[f"ours_{name}"])),
+            "http": agreement(theirs, from_json(bodies[name][0])),
         }
         out["queries"][name] = {
             "query": queries[name],

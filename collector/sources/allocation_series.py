@@ -20,7 +20,6 @@ read, never this source's own.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from collector.normalise.labelsets import key_labels
 from collector.normalise.schema import SourceKind
 from collector.sources.kubelet_devices import Assignments
 from collector.sources.pods import Holding, PodDirectory, PodRef
+from collector.sources.refreshed import Refreshed
 from collector.store.latest import NodeView, Store
 
 _STAND_INS = (schema.VGPU_MEMORY_USED, schema.VGPU_UTILIZATION)
@@ -47,7 +47,7 @@ class AllocationConfig:
     priority: int
 
 
-class AllocationSource:
+class AllocationSource(Refreshed):
     """Puts each node's allocation batch into the store every interval, removes gone nodes'."""
 
     def __init__(
@@ -69,17 +69,10 @@ class AllocationSource:
         self._reported: set[str] = set()
         self._keys = KeyCache()
 
-    async def run(self) -> None:
-        """Remake the batches every interval until cancelled, letting others run between nodes."""
-        while True:
-            for _ in self.refreshing():
-                await asyncio.sleep(0)
-            await asyncio.sleep(self._config.interval)
-
-    def refresh(self) -> None:
-        """Put one batch per node that holds allocations; remove the nodes that hold none now."""
-        for _ in self.refreshing():
-            pass
+    @property
+    def interval(self) -> float:
+        """Seconds between two refreshes: the collector's interval."""
+        return self._config.interval
 
     def refreshing(self, chunk: int = 100) -> Iterator[None]:
         """:meth:`refresh` in steps of ``chunk`` nodes (a big cluster's takes a while)."""

@@ -18,7 +18,6 @@ registered memory over it is ``hami_host_gpu_memory_oversubscription_ratio``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -30,6 +29,7 @@ from collector.normalise.batch import Batch, Series, Source
 from collector.normalise.registration import Capacity
 from collector.normalise.schema import SourceKind
 from collector.sources.nodes import NodeDirectory
+from collector.sources.refreshed import Refreshed
 from collector.store.latest import Held, NodeView, Store
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class ReportedCard:
     total: float | None
 
 
-class CapacitySource:
+class CapacitySource(Refreshed):
     """Puts each registering node's capacity batch into the store every interval."""
 
     def __init__(
@@ -83,17 +83,10 @@ class CapacitySource:
         self._cards = CardIndex()
         self._batches: dict[str, tuple[Capacity, Mapping[str, ReportedCard], Batch]] = {}
 
-    async def run(self) -> None:
-        """Remake the batches every interval until cancelled, letting others run between nodes."""
-        while True:
-            for _ in self.refreshing():
-                await asyncio.sleep(0)
-            await asyncio.sleep(self._config.interval)
-
-    def refresh(self) -> None:
-        """Put one batch per registering node; remove the nodes that register nothing now."""
-        for _ in self.refreshing():
-            pass
+    @property
+    def interval(self) -> float:
+        """Seconds between two refreshes: the collector's interval."""
+        return self._config.interval
 
     def refreshing(self, chunk: int = 100) -> Iterator[None]:
         """:meth:`refresh` in steps of ``chunk`` nodes (a big cluster's takes a while)."""
