@@ -32,35 +32,12 @@ import pytest
 from helpers import eventually, running_demo
 
 from collector.views.chargeback import CSV_DECIMALS
-from simulator.attributed import AttributedNode
-from simulator.monitors import MonitorFarm
-from simulator.node import SimulatedNode
 
 INTERVAL = 1.0
 NODES = 4
 """Monitored nodes: one of each monitor flavour (with the demo's two HAMi-DRA nodes and the
 device plugin's node beside them)."""
 Attrs = dict[str, str]
-
-
-@pytest.fixture
-def still(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The simulated cluster holds its first readings: each node steps once, no pod ends,
-    no monitor fails."""
-    monkeypatch.setattr(SimulatedNode, "CHURN_PROBABILITY", 0.0)
-    node_step, plugin_step = SimulatedNode.step, AttributedNode.step
-
-    def node_once(self: SimulatedNode, now: float) -> None:
-        if self._tick is None:
-            node_step(self, now)
-
-    def plugin_once(self: AttributedNode, now: float) -> None:
-        if self._stepped is None:
-            plugin_step(self, now)
-
-    monkeypatch.setattr(SimulatedNode, "step", node_once)
-    monkeypatch.setattr(AttributedNode, "step", plugin_once)
-    monkeypatch.setattr(MonitorFarm, "set_fault", lambda self, node, fault: None)
 
 
 class Data(HTMLParser):

@@ -20,7 +20,6 @@ from helpers import eventually, prometheus_tool, real_prometheus, running_collec
 from simulator.agents import SimulatedDirectory
 from simulator.cluster import build_cluster
 from simulator.monitors import MonitorFarm
-from simulator.node import SimulatedNode
 from simulator.run import write_targets
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "hami-usage.rules.yaml"
@@ -62,9 +61,9 @@ def close(a: float, b: float, rel: float) -> bool:
 
 
 @pytest.fixture
-async def collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Collector]:
-    """The demo's monitors and pods, scraped every 0.5 s, no pod coming or going."""
-    monkeypatch.setattr(SimulatedNode, "CHURN_PROBABILITY", 0.0)
+async def collector(tmp_path: Path, still: None) -> AsyncIterator[Collector]:
+    """The demo's monitors and pods, scraped every 0.5 s, holding their first readings: the
+    report and Prometheus' recording rules sample them at other times, and must agree."""
     nodes = build_cluster(
         3, seed=3, cards=2, allocations_per_node=5, flavours=("hami", "volcano", "kai")
     )
@@ -195,9 +194,9 @@ async def test_prometheus_running_the_rules_agrees_with_the_report(
                         tuple(s["metric"].get(n, "") for n in LABELS_OF[by]): float(s["value"][1])
                         for s in answer["data"]["result"]
                     }
-                    # Allocations hold still (no churn); usage drifts slowly between the
-                    # two samplings (ours each 0.5 s, Prometheus' each second).
-                    rel = 1e-6 if "allocated" in recorded_name else 0.05
+                    # the readings hold still, so the two samplings (ours each 0.5 s,
+                    # Prometheus' each second) see the same values
+                    rel = 1e-6
                     for group in report["groups"]:
                         key = tuple(group["labels"][n] for n in LABELS_OF[by])
                         ours = measured(group, field) / hours
