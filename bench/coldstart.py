@@ -120,7 +120,8 @@ def _targets(port: int) -> dict[str, str]:
     nodes = json.loads(_get(port, "/api/v1/nodes")[1])
     pods = json.loads(_get(port, "/api/v1/pods")[1])
     node = nodes["nodes"][0]["name"]
-    pod = pods["containers"][0]
+    # the demo's pod that never ends: another may end at a churn point, and its page be a 404
+    pod = next(c for c in pods["containers"] if c["pod"] == f"fill-{c['node']}")
     return {"node": quote(node), "pod": f"{quote(pod['namespace'])}/{quote(pod['pod'])}"}
 
 

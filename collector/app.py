@@ -10,7 +10,8 @@ which restarts it when it crashes, counts the restart, and tells ``/healthz``
 which tasks are dead. What requests share while it is computed (the gzip
 ``/metrics`` page, the namespaces page's reports, the overview's chart) runs as
 :class:`~core.tasks.Flights`, each cancelled and awaited by a cleanup context of
-its own: no task outlives the app. Everything the handlers and contexts share is app state
+its own: no task outlives the app. Once ready, one task makes what those pages'
+first readers would wait for (:func:`_first_readers`). Everything the handlers and contexts share is app state
 under an :class:`aiohttp.web.AppKey`, so two apps in one process share nothing.
 """
 
@@ -62,6 +63,7 @@ from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.views.cache import NodeCache
 from collector.views.chargeback import IDLE_AFTER, Chargeback
+from collector.views.models import ApiError
 from collector.web import health
 from collector.web.errors import HANDLER_ARGS, envelope_errors, error_response
 from collector.web.metrics import MetricsPage
@@ -97,6 +99,8 @@ ENGINE = web.AppKey("query engine", Engine)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
+PRIMED = web.AppKey("first readers' pages made", asyncio.Event)
+"""Set once, after ready, the first readers' pages are made in the background, or failed to be."""
 """What must have synced before the app is ready: (what, whether it has)."""
 
 
@@ -174,13 +178,15 @@ def build_app(
     app.router.add_routes(namespaces.routes())
     app.cleanup_ctx.append(namespaces.closing)
     trend = Trend(engine, interval)
-    app.router.add_routes(Overview(store, nodes, interval, trend, _scraped).routes())
+    overview = Overview(store, nodes, interval, trend, _scraped)
+    app.router.add_routes(overview.routes())
     app.cleanup_ctx.append(trend.running)
     app[DISCOVERY] = []
     app[PANELS] = []
     status = StatusPage(store, metrics, settings.interval, _scraped, TASKS, _ready)
     app.router.add_routes(status.routes())
     app.router.add_routes(SignInPages(lambda: app[READ_AUTH], metrics.read_refused).routes())
+    app.cleanup_ctx.append(_first_readers(nodes, overview, namespaces))  # stops before theirs
     return app
 
 
@@ -279,6 +285,53 @@ async def _warming(app: web.Application) -> AsyncIterator[None]:
     task = app[TASKS].start("warm-up", warm, once=True)
     yield
     await app[TASKS].stop([task])
+
+
+READY_CHECK = 0.1
+"""Seconds between two looks at readiness while the first readers' pages wait for it."""
+
+
+def _first_readers(
+    nodes: NodeCache, overview: Overview, namespaces: NamespaceView
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Once ready, make in the background what each page's first reader would wait for.
+
+    Ready is when a Service sends readers (Grafana's panels, a person after a rollout), and
+    the first reader of a page would build what later ones find kept: every node's
+    presented form, the overview's hour, the namespaces page's report (232 ms against
+    1.7 ms kept, ``python -m bench coldstart``). A cluster reader's only: a tenant's are
+    made at its first read. A failure is logged; each page tries again when read.
+    """
+
+    async def first_readers(app: web.Application) -> AsyncIterator[None]:
+        app[PRIMED] = asyncio.Event()
+
+        async def prime() -> None:
+            # readiness is a condition over every source, with no event of its own: looked
+            # at as the probe looks at it, until ready or the app stops
+            while _ready(app) is not None:  # noqa: ASYNC110
+                await asyncio.sleep(READY_CHECK)
+            nodes.read()
+            began = time.perf_counter()
+            try:
+                made = await asyncio.gather(
+                    overview.prime(), namespaces.prime(), return_exceptions=True
+                )
+            finally:
+                app[PRIMED].set()
+            failed = [exc for exc in made if isinstance(exc, BaseException)]
+            for exc in failed:
+                if not isinstance(exc, ApiError):
+                    raise exc
+                log.warning("the pages' first reports are made at their first read: %s", exc)
+            if not failed:
+                log.info("made the first readers' pages in %.2f s", time.perf_counter() - began)
+
+        task = app[TASKS].start("first readers", prime, once=True)
+        yield
+        await app[TASKS].stop([task])
+
+    return first_readers
 
 
 def _ready(app: web.Application) -> str | None:

@@ -248,8 +248,10 @@ def _demo(listen: str, nodes: int, interval: float) -> int:
     sockets = listening(listen, "--listen")
     if sockets is None:
         return 2
+    from collector.memory.malloc import set_policy
     from simulator.run import run_demo
 
+    set_policy()  # the memory policy serve sets: the demo is the collector as it runs
     try:
         return run_demo(sockets, nodes, interval)
     finally:

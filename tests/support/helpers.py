@@ -27,6 +27,8 @@ import yaml
 from aiohttp import web
 
 from collector.app import build_app
+from collector.normalise import labelsets, schema
+from collector.normalise.batch import Batch
 from collector.settings import CollectorSettings
 from collector.sources.nodes import NodeDirectory
 from collector.sources.pods import PodDirectory
@@ -338,3 +340,24 @@ def _answers(url: str) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+GIB = float(1 << 30)
+
+
+def pod_batch(node: str) -> Batch:
+    """A card and one container vGPU of pod ns-a/p on ``node``."""
+    uuid = f"GPU-{node}"
+    card = labelsets.card(0, "NVIDIA A100", uuid)
+    vgpu = labelsets.vgpu("ns-a", "p", "main", 0, uuid)
+    series = {
+        labelsets.key("hami_host_gpu_memory_used_bytes", card): 2 * GIB,
+        labelsets.key("hami_host_gpu_memory_total_bytes", card): 80 * GIB,
+        labelsets.key("hami_host_gpu_utilization_ratio", card): 40.0,
+        labelsets.key(schema.VGPU_MEMORY_USED, vgpu): GIB,
+        labelsets.key(schema.VGPU_UTILIZATION, vgpu): 20.0,
+        labelsets.key(schema.MEMORY_ALLOCATED, vgpu): 4 * GIB,
+        labelsets.key(schema.CORE_ALLOCATED, vgpu): 0.25,
+        labelsets.key(schema.IDLE, vgpu): 0.0,
+    }
+    return Batch(series, samples=len(series))

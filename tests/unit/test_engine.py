@@ -16,17 +16,14 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 from aiohttp import web
-from helpers import eventually, holds, running_collector
+from helpers import eventually, holds, pod_batch, running_collector
 
-from collector.app import ENGINE, STORE
-from collector.normalise import labelsets, schema
-from collector.normalise.batch import Batch, Source
+from collector.app import ENGINE, PRIMED, STORE
+from collector.normalise.batch import Source
 from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine, EngineLimits, Queries, Unavailable
 from collector.promql.values import QueryError
 from collector.tsdb.history import History
-
-GIB = float(1 << 30)
 
 
 def blocked(
@@ -106,24 +103,6 @@ async def test_a_caller_that_goes_away_cancels_its_queries() -> None:
     await eventually(lambda: holds(engine.evaluating == 0), what="the slot to be given back")
 
 
-def _pod_batch(node: str) -> Batch:
-    """A card and one container vGPU of pod ns-a/p on ``node``."""
-    uuid = f"GPU-{node}"
-    card = labelsets.card(0, "NVIDIA A100", uuid)
-    vgpu = labelsets.vgpu("ns-a", "p", "main", 0, uuid)
-    series = {
-        labelsets.key("hami_host_gpu_memory_used_bytes", card): 2 * GIB,
-        labelsets.key("hami_host_gpu_memory_total_bytes", card): 80 * GIB,
-        labelsets.key("hami_host_gpu_utilization_ratio", card): 40.0,
-        labelsets.key(schema.VGPU_MEMORY_USED, vgpu): GIB,
-        labelsets.key(schema.VGPU_UTILIZATION, vgpu): 20.0,
-        labelsets.key(schema.MEMORY_ALLOCATED, vgpu): 4 * GIB,
-        labelsets.key(schema.CORE_ALLOCATED, vgpu): 0.25,
-        labelsets.key(schema.IDLE, vgpu): 0.0,
-    }
-    return Batch(series, samples=len(series))
-
-
 @asynccontextmanager
 async def collector(
     **limits: float,
@@ -140,7 +119,9 @@ async def collector(
         source = Source("agent/n1", "agent", "n1", SourceKind.AGENT, 0)
         now = time.time()
         for k in range(40):
-            store.put(source, _pod_batch("n1"), time.monotonic(), now - 39 + k)
+            store.put(source, pod_batch("n1"), time.monotonic(), now - 39 + k)
+        # the pages' first reports, made once ready, would take the one slot too
+        await eventually(lambda: holds(app[PRIMED].is_set()), what="the first readers' pages")
         yield app, http
 
 

@@ -92,6 +92,11 @@ class NamespaceView:
         """``GET /namespaces``."""
         return [web.get("/namespaces", answering(self.handle, self._nodes.read))]
 
+    async def prime(self) -> None:
+        """Make the report a cluster reader's first page shows (the default window), and
+        wait for it."""
+        await self._reports.get(WINDOWS["all"], None)
+
     async def closing(self, app: web.Application) -> AsyncIterator[None]:
         """A cleanup context: reports still being computed at shutdown are cancelled and
         awaited."""
