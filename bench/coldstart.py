@@ -9,8 +9,11 @@ and a range query, chargeback's JSON and CSV, and every page — one after anoth
 Goal: each first query within 2x its warm median.
 
 Warm is the same sequence asked again :data:`ROUNDS` times: each later query
-then follows what the first followed (the kind before it, the demo's scrapes
-and pushes meanwhile), so the first differs from them only in being first. The
+then follows what the first followed (the kind before it), so the first differs
+from them only in being first. Each of these is sent once the demo is quiet
+(:func:`bench.query.http.settle`): otherwise whatever it does in the background
+(its simulated cluster's scrapes and pushes, a report of the namespaces page
+refreshed after the page was read) lands in whichever request comes next. The
 same query asked :data:`WARM` times back to back is beside it: faster for a
 page of a few milliseconds (the nodes it presents have not changed since the
 last repeat, its code and data are in the CPU's caches), and no measure of
@@ -37,6 +40,7 @@ from urllib.parse import quote
 
 from bench.kit.table import Row, mark, table, write_result
 from bench.kit.timing import median
+from bench.query.http import settle
 from testing.processes import stop
 
 RUNS = 5
@@ -149,12 +153,14 @@ def one_run(cache: str | None) -> dict[str, Any]:
         paths = {kind: t.format(**fill, start=now - 60, end=now) for kind, t in QUERIES.items()}
         first = {}
         for kind, path in paths.items():
+            settle([process.pid])
             status, body, first[kind] = _get(port, path)
             if status != 200:
                 raise RuntimeError(f"{kind}: {status} {body[:200]!r}")
         rounds: dict[str, list[float]] = {kind: [] for kind in paths}
         for _ in range(ROUNDS):
             for kind, path in paths.items():
+                settle([process.pid])
                 rounds[kind].append(_get(port, path)[2])
         queries = {
             kind: {
@@ -229,8 +235,8 @@ def main(runs: int) -> None:
     text = (
         f"# Cold start\n\n{stamp}, {os.cpu_count()} CPUs, {runs} cold starts of "
         f"`hami-collector demo`; each first query is the median run's, the worst beside it. "
-        f"Warm: the same sequence asked {ROUNDS} times more, each query's median; back to "
-        f"back: each query {WARM} times in a row."
+        f"Warm: the same sequence asked {ROUNDS} times more, each query's median; each of these "
+        f"sent once the demo is quiet. Back to back: each query {WARM} times in a row."
         f"\n\n{markdown}\n"
     )
     path: Path = write_result("coldstart", text, result)
