@@ -963,3 +963,24 @@ def test_trigonometry_atan2_and_pi(db: MemoryStorage) -> None:
     # atan2 keeps the metric name, unlike the other arithmetic operators
     assert vec('mem{pod="p1"} atan2 10', db) == {M("mem", node="n1", pod="p1"): math.pi / 4}
     assert scalar("1 atan2 1", db) == math.pi / 4
+
+
+def test_a_plan_is_shared_by_its_text_and_a_tenants_restriction_never_reaches_it() -> None:
+    """The plan of a query text is kept; a tenant's query gets a fresh one to restrict."""
+    from collector.promql.query import prepare_instant
+
+    s = MemoryStorage()
+    s.add({"__name__": "x", "namespace": "a"}, [(10, 1.0)])
+    s.add({"__name__": "x", "namespace": "b"}, [(10, 2.0)])
+    text = "sum(x)"
+    cluster = prepare_instant(text, 10, s)
+    tenant = prepare_instant(text, 10, s, namespaces=frozenset({"a"}))
+    again = prepare_instant(text, 10, s)
+    assert again.root is cluster.root
+    assert tenant.root is not cluster.root
+    assert [e.value for e in cluster.run()] == [3.0]  # type: ignore[union-attr]
+    assert [e.value for e in tenant.run()] == [1.0]  # type: ignore[union-attr]
+    assert [e.value for e in again.run()] == [3.0]  # type: ignore[union-attr]
+    assert [e.value for e in prepare_instant(text, 10, s, namespaces=frozenset({"b"})).run()] == [
+        2.0  # type: ignore[union-attr]
+    ]
