@@ -108,6 +108,24 @@ def test_a_node_equality_selects_that_node_alone() -> None:
     assert all("node" not in r.labels for r in own)
 
 
+def test_node_matchers_follow_the_nodes_that_come_and_go() -> None:
+    """The nodes a set of ``node`` matchers passes are kept between queries, until a node
+    comes or goes."""
+    history = History(retention=100)
+    history.record("n1", {A: 1.0}, sampled=10)
+    history.record("x1", {A: 1.0}, sampled=10)
+    n = [Matcher.of("node", "=~", "n.*"), Matcher.of("node", "!=", "n3")]
+    assert sorted(points(history, *n)) == ["n1/a/m"]
+    history.record("n2", {A: 2.0}, sampled=50)
+    history.record("n3", {A: 3.0}, sampled=50)
+    assert sorted(points(history, *n)) == ["n1/a/m", "n2/a/m"], "a node that came"
+    assert sorted(points(history, Matcher.of("node", "=", "n2"))) == ["n2/a/m"]
+    history.trim(now=120)  # n1 and x1 have nothing after 20
+    assert sorted(points(history, *n)) == ["n2/a/m"], "a node that went"
+    history.record("n1", {A: 4.0}, sampled=130)
+    assert points(history, *n, start=125) == {"n1/a/m": [(130, 4.0)]}, "and came back"
+
+
 def test_out_of_order_points_are_not_recorded() -> None:
     history = History()
     history.record("n1", {A: 1.0}, sampled=20)
