@@ -55,9 +55,7 @@ def matrix_body(answer: MatrixColumns) -> bytes:
     widths = np.diff(text_starts)
     opening_widths = np.fromiter(map(len, openings), np.int64, len(openings))
     starts = np.zeros(steps + 2 * bits.size + len(openings) + 1, dtype=np.int64)
-    pieces = np.concatenate(
-        (step_widths, widths + len(_MORE), widths + len(_ENDS), opening_widths)
-    )
+    pieces = np.concatenate((step_widths, widths + len(_MORE), widths + len(_ENDS), opening_widths))
     np.cumsum(pieces, out=starts[1:])
     values = np.empty(int(widths.sum()) * 2 + bits.size * (len(_MORE) + len(_ENDS)), np.uint8)
     _suffixed(texts, text_starts, _MORE_BYTES, _ENDS_BYTES, values)
