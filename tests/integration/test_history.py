@@ -253,6 +253,30 @@ def test_the_blocks_hold_what_a_list_of_points_would(
     assert history.points == sum(map(len, reference(timeline, floor).values()))
 
 
+def test_a_window_read_between_writes_sees_every_block_closed_merged_and_trimmed() -> None:
+    """Each read finds the segments as they are then: an axis keeps its closed segments' times
+    laid end to end between reads, made again once a block closes, blocks merge or a trim
+    drops some."""
+    history = History(retention=1e9)
+    timeline: Batches = []
+    floor = -math.inf
+    for i in range(150):
+        t = 100.0 + 2 * i
+        series = {key: float(i) for k, key in enumerate(KEYS) if (i + k) % 40 < 36}
+        timeline.append((t, series))
+        history.record("n1", series, sampled=t)
+        if i in (60, 120):
+            floor = t - 40
+            history.trim(now=floor + 1e9)
+        lo = t - 70
+        want = {
+            name: kept
+            for name, listed in reference(timeline, floor).items()
+            if (kept := [p for p in listed if lo <= p[0] <= t])
+        }
+        assert same(points(history, start=lo, end=t), want), t
+
+
 def test_a_cell_keeps_a_reading_a_marker_or_nothing_apart_in_every_block() -> None:
     history = History()
     present = [t for t in range(1, 200) if t % 50 >= 5]  # A is away for 5 times out of 50
