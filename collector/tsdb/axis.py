@@ -395,8 +395,9 @@ class Axis:
 
         The closed segments are found among their times kept laid end to end
         (:meth:`_closed`), by ``bisect`` over Python lists: every range query reads
-        every node's window, and a numpy call costs ~1 us where the window's
-        bounds in the seven blocks of a 6-minute window at 2 s cost 9 us a node.
+        every node's window, and a numpy call costs ~1 us: the window's bounds in
+        the seven blocks of a 6-minute window at 2 s cost 9 us a node found block by
+        block with numpy, 6 us this way.
         """
         closed = self._closed()
         lo, hi = bisect_left(closed.times, start), bisect_right(closed.times, end)
