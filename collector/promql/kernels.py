@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.compiled import compiled
+from collector.compiled import compiled, inlined
 
 from .arrays import BoolArray, FloatArray, IntArray
 
@@ -236,25 +236,59 @@ def total(
     present: BoolArray,
 ) -> None:
     """``sum_over_time``, or ``avg_over_time`` (``mean``): Kahan sums as Prometheus adds, the
-    mean kept as a running mean that an infinity holds."""
-    for r in range(values.shape[0]):
+    mean kept as a running mean that an infinity holds.
+
+    Four series at a time: each sum is a chain of dependent divisions and additions, and
+    four chains side by side keep the CPU busy where one waits on its last result
+    (640 series x 720 steps of 30 points, an hour's avg_over_time[1m] at 5 s: 68 -> 33 ms).
+    """
+    rows = values.shape[0]
+    for r in range(0, rows - rows % 4, 4):
+        for s in range(lo.size):
+            n0, n1, n2, n3 = 0, 0, 0, 0
+            a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0
+            c0, c1, c2, c3 = 0.0, 0.0, 0.0, 0.0
+            for p in range(lo[s], hi[s]):
+                if points[r, p]:
+                    n0, a0, c0 = _added(values[r, p], n0, a0, c0, mean)
+                if points[r + 1, p]:
+                    n1, a1, c1 = _added(values[r + 1, p], n1, a1, c1, mean)
+                if points[r + 2, p]:
+                    n2, a2, c2 = _added(values[r + 2, p], n2, a2, c2, mean)
+                if points[r + 3, p]:
+                    n3, a3, c3 = _added(values[r + 3, p], n3, a3, c3, mean)
+            _total_at(out, present, r, s, n0, a0, c0)
+            _total_at(out, present, r + 1, s, n1, a1, c1)
+            _total_at(out, present, r + 2, s, n2, a2, c2)
+            _total_at(out, present, r + 3, s, n3, a3, c3)
+    for r in range(rows - rows % 4, rows):
         for s in range(lo.size):
             count, result, c = 0, 0.0, 0.0
             for p in range(lo[s], hi[s]):
-                if not points[r, p]:
-                    continue
-                v = values[r, p]
-                count += 1
-                if not mean:
-                    result, c = _kahan(v, result, c)
-                    continue
-                if np.isinf(result) and (
-                    (np.isinf(v) and (result > 0) == (v > 0)) or np.isfinite(v)
-                ):
-                    continue  # an infinite mean stays what it is: Inf - Inf would be NaN
-                result, c = _kahan(v / count - result / count, result, c)
-            present[r, s] = count > 0
-            out[r, s] = result if np.isinf(result) else result + c
+                if points[r, p]:
+                    count, result, c = _added(values[r, p], count, result, c, mean)
+            _total_at(out, present, r, s, count, result, c)
+
+
+@inlined
+def _added(v: float, count: int, result: float, c: float, mean: bool) -> tuple[int, float, float]:
+    """One point more of :func:`total`'s sum or running mean: its count, sum and compensation."""
+    count += 1
+    if not mean:
+        result, c = _kahan(v, result, c)
+    elif not (
+        np.isinf(result) and ((np.isinf(v) and (result > 0) == (v > 0)) or np.isfinite(v))
+    ):  # an infinite mean stays what it is: Inf - Inf would be NaN
+        result, c = _kahan(v / count - result / count, result, c)
+    return count, result, c
+
+
+@inlined
+def _total_at(
+    out: FloatArray, present: BoolArray, r: int, s: int, count: int, result: float, c: float
+) -> None:
+    present[r, s] = count > 0
+    out[r, s] = result if np.isinf(result) else result + c
 
 
 @compiled

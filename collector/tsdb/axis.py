@@ -13,9 +13,12 @@ blocks walks every run of the window's segments.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
+from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +73,30 @@ def _arrays(series: Mapping[bytes, float]) -> tuple[tuple[bytes, ...], F64]:
     return tuple(series), np.fromiter(series.values(), np.float64, len(series))
 
 
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """An axis' closed segments as one: their times laid end to end (seconds, a list for
+    ``bisect``, and ms), where each one ends among them and how many it holds, and which
+    have a gapped run."""
+
+    times: list[float]
+    ms: Ids
+    ends: list[int]
+    sizes: list[int]
+    gapped: list[bool]
+
+    @staticmethod
+    def of(segments: list[Segment]) -> Closed:
+        """The segments' times laid end to end."""
+        if not segments:
+            return Closed([], _NO_IDS, [], [], [])
+        times = np.concatenate([s.times for s in segments])
+        sizes = [len(s.times) for s in segments]
+        ends = list(itertools.accumulate(sizes))
+        gaps = [len(s.gaps) > 0 for s in segments]
+        return Closed(times.tolist(), _ms(times), ends, sizes, gaps)
+
+
 class Axis:
     """One source's points on one node: closed segments, then the open block.
 
@@ -83,6 +110,7 @@ class Axis:
 
     __slots__ = (
         "block",
+        "closed",
         "closed_bytes",
         "ended",
         "last",
@@ -97,6 +125,8 @@ class Axis:
 
     def __init__(self) -> None:
         self.segments: list[Segment] = []
+        self.closed: Closed | None = None
+        """The segments' times laid end to end, made at a read's first need (:meth:`_closed`)."""
         self.closed_bytes = 0
         self.block = OpenBlock(_NO_IDS)
         self.last = -math.inf
@@ -225,6 +255,7 @@ class Axis:
     def renumber(self, alive: Ids, new: Ids) -> None:
         """Series ``alive[i]`` is now ``i``; ``new`` maps every old id (-1: forgotten)."""
         self.segments = [renumbered(s, new) for s in self.segments]
+        self.closed = None
         self.block.renumber(new)
         self.live_sids = new[self.live_sids].astype(np.int32)
         self.ended.renumber(new)
@@ -254,6 +285,7 @@ class Axis:
         segment = self.block.close()
         if segment is not None:
             self.segments.append(segment)
+            self.closed = None
             self.closed_bytes += segment.nbytes
             self._merge()
         self.block = OpenBlock(self.live_sids)
@@ -275,6 +307,7 @@ class Axis:
         if len(keep) == len(self.segments):
             return False
         self.segments = keep
+        self.closed = None
         self.closed_bytes = sum(s.nbytes for s in keep)
         return True
 
@@ -358,19 +391,47 @@ class Axis:
         """What a lookup of the series ``want`` marks in ``[start, end]`` reads
         (:mod:`collector.tsdb.lookups`): the segments with the window's bounds in their
         times, and the window's times (ms); the open block is packed for it as it would be
-        once full. None if a wanted run has a gap."""
-        windows, times = [], []
-        for part, at, lo, hi in self._parts(start, end):
-            if isinstance(part, OpenBlock):
-                packed = part.packed()
-                if packed is None:
-                    continue
-                part = packed
-            windows.append((part, lo, hi))
-            times.append(at[lo:hi])
-        if gapped((w[0] for w in windows), want):
-            return None
-        return windows, _ms(np.concatenate(times)) if times else _NO_IDS
+        once full. None if a wanted run has a gap.
+
+        The closed segments are found among their times kept laid end to end
+        (:meth:`_closed`), by ``bisect`` over Python lists: every range query reads
+        every node's window, and a numpy call costs ~1 us: the window's bounds in
+        the seven blocks of a 6-minute window at 2 s cost 9 us a node found block by
+        block with numpy, 6 us this way.
+        """
+        closed = self._closed()
+        lo, hi = bisect_left(closed.times, start), bisect_right(closed.times, end)
+        windows: list[tuple[Segment, int, int]] = []
+        times: list[Ids] = []
+        if lo < hi:
+            first, last = bisect_right(closed.ends, lo), bisect_right(closed.ends, hi - 1)
+            for k in range(first, last + 1):
+                base, size = closed.ends[k] - closed.sizes[k], closed.sizes[k]
+                windows.append((self.segments[k], max(lo - base, 0), min(hi - base, size)))
+            if any(closed.gapped[first : last + 1]) and gapped((w[0] for w in windows), want):
+                return None
+            times.append(closed.ms[lo:hi])
+        block = self.block
+        n = block.n
+        if n and block.times[n - 1] >= start and block.times[0] <= end:
+            packed = block.packed()
+            if packed is not None:
+                if gapped((packed,), want):
+                    return None
+                at = block.times[:n]
+                a = 0 if at[0] >= start else int(np.searchsorted(at, start))
+                b = n if at[-1] <= end else int(np.searchsorted(at, end, "right"))
+                windows.append((packed, a, b))
+                times.append(_ms(at[a:b]))
+        if len(times) > 1:
+            return windows, np.concatenate(times)
+        return windows, times[0] if times else _NO_IDS
+
+    def _closed(self) -> Closed:
+        """The closed segments' times, made again after they change."""
+        if self.closed is None:
+            self.closed = Closed.of(self.segments)
+        return self.closed
 
     @property
     def nbytes(self) -> int:

@@ -108,6 +108,24 @@ def test_a_node_equality_selects_that_node_alone() -> None:
     assert all("node" not in r.labels for r in own)
 
 
+def test_node_matchers_follow_the_nodes_that_come_and_go() -> None:
+    """The nodes a set of ``node`` matchers passes are kept between queries, until a node
+    comes or goes."""
+    history = History(retention=100)
+    history.record("n1", {A: 1.0}, sampled=10)
+    history.record("x1", {A: 1.0}, sampled=10)
+    n = [Matcher.of("node", "=~", "n.*"), Matcher.of("node", "!=", "n3")]
+    assert sorted(points(history, *n)) == ["n1/a/m"]
+    history.record("n2", {A: 2.0}, sampled=50)
+    history.record("n3", {A: 3.0}, sampled=50)
+    assert sorted(points(history, *n)) == ["n1/a/m", "n2/a/m"], "a node that came"
+    assert sorted(points(history, Matcher.of("node", "=", "n2"))) == ["n2/a/m"]
+    history.trim(now=120)  # n1 and x1 have nothing after 20
+    assert sorted(points(history, *n)) == ["n2/a/m"], "a node that went"
+    history.record("n1", {A: 4.0}, sampled=130)
+    assert points(history, *n, start=125) == {"n1/a/m": [(130, 4.0)]}, "and came back"
+
+
 def test_out_of_order_points_are_not_recorded() -> None:
     history = History()
     history.record("n1", {A: 1.0}, sampled=20)
@@ -233,6 +251,30 @@ def test_the_blocks_hold_what_a_list_of_points_would(
     history.trim(now=floor + 1e9)
     assert same(points(history), reference(timeline, floor))
     assert history.points == sum(map(len, reference(timeline, floor).values()))
+
+
+def test_a_window_read_between_writes_sees_every_block_closed_merged_and_trimmed() -> None:
+    """Each read finds the segments as they are then: an axis keeps its closed segments' times
+    laid end to end between reads, made again once a block closes, blocks merge or a trim
+    drops some."""
+    history = History(retention=1e9)
+    timeline: Batches = []
+    floor = -math.inf
+    for i in range(150):
+        t = 100.0 + 2 * i
+        series = {key: float(i) for k, key in enumerate(KEYS) if (i + k) % 40 < 36}
+        timeline.append((t, series))
+        history.record("n1", series, sampled=t)
+        if i in (60, 120):
+            floor = t - 40
+            history.trim(now=floor + 1e9)
+        lo = t - 70
+        want = {
+            name: kept
+            for name, listed in reference(timeline, floor).items()
+            if (kept := [p for p in listed if lo <= p[0] <= t])
+        }
+        assert same(points(history, start=lo, end=t), want), t
 
 
 def test_a_cell_keeps_a_reading_a_marker_or_nothing_apart_in_every_block() -> None:

@@ -112,6 +112,10 @@ def test_each_point_is_found_among_the_distinct_values(
         0.5,
         -2.5,
         1e-7,
+        1e-4,
+        -9.5e-5,
+        0.1 + 0.2,
+        1e15 + 0.5,
         math.nan,
         math.inf,
         -math.inf,
@@ -123,3 +127,23 @@ def test_each_value_is_written_as_go_writes_it(value: float) -> None:
     texts, starts = promjson._texts(np.array([value, 3.0, value]))
     written = [texts[a:b].tobytes().decode() for a, b in itertools.pairwise(starts)]
     assert written == [format_float(value), "3", format_float(value)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(-(10**15) + 1, 10**15 - 1),
+            st.integers(-2000, 2000),
+            st.integers(0, 2**41).map(lambda ms: ms - ms % 1000),  # whole seconds
+            st.integers(-(2**62), 2**62),  # past 10**15: repr's own
+        ),
+        max_size=8,
+    )
+)
+def test_each_steps_time_is_written_as_its_repr(at_ms: list[int]) -> None:
+    """A step's time as json.dumps writes the float of its seconds, compiled or not."""
+    blob, widths = promjson._step_pieces(np.array(at_ms, dtype=np.int64))
+    ends = np.cumsum(widths).tolist()
+    written = [blob[a:b].tobytes().decode() for a, b in itertools.pairwise([0, *ends])]
+    assert written == [f'[{json.dumps(ms / 1000)},"' for ms in at_ms]

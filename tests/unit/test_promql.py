@@ -963,3 +963,27 @@ def test_trigonometry_atan2_and_pi(db: MemoryStorage) -> None:
     # atan2 keeps the metric name, unlike the other arithmetic operators
     assert vec('mem{pod="p1"} atan2 10', db) == {M("mem", node="n1", pod="p1"): math.pi / 4}
     assert scalar("1 atan2 1", db) == math.pi / 4
+
+
+def test_a_plan_is_shared_by_its_text_and_a_tenants_restriction_never_reaches_it() -> None:
+    """The plan of a query text is kept; a tenant's query gets a fresh one to restrict."""
+    from collector.promql.query import Prepared, prepare_instant
+
+    def sums(prepared: Prepared) -> list[float]:
+        answer = prepared.run()
+        assert isinstance(answer, list)
+        return [e.value for e in answer if isinstance(e, Element)]
+
+    s = MemoryStorage()
+    s.add({"__name__": "x", "namespace": "a"}, [(10, 1.0)])
+    s.add({"__name__": "x", "namespace": "b"}, [(10, 2.0)])
+    text = "sum(x)"
+    cluster = prepare_instant(text, 10, s)
+    tenant = prepare_instant(text, 10, s, namespaces=frozenset({"a"}))
+    again = prepare_instant(text, 10, s)
+    assert again.root is cluster.root
+    assert tenant.root is not cluster.root
+    assert sums(cluster) == [3.0]
+    assert sums(tenant) == [1.0]
+    assert sums(again) == [3.0]
+    assert sums(prepare_instant(text, 10, s, namespaces=frozenset({"b"}))) == [2.0]
