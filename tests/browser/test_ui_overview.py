@@ -206,8 +206,10 @@ async def test_tiles_come_a_page_at_a_time_and_bad_parameters_are_named() -> Non
 
 
 async def test_the_last_hour_is_read_from_the_history_and_topped_up() -> None:
-    now = time.time()
     step = 30.0  # an interval of 1 s charts a step of SPAN / POINTS = 30 s
+    # a second into the present step, so that "a second into the next step" below is one
+    # whatever the wall clock reads
+    now = time.time() // step * step + 1.0
     start = (now // step - 10) * step  # ten whole steps ago
     store = Store(120.0, History(3600.0, 1000))
 
