@@ -85,16 +85,16 @@ def band(utilisation: float | None) -> int:
 def cluster_tile(presented: Presented, state: str) -> Tile:
     """A node's tile for a cluster reader: its REST summary's figures."""
     s = presented.summary
-    compared = s.memory_compared
+    memory = Memory.of_node(s)
     return Tile(
         s.name,
         state,
         s.utilization_average_percent,
         s.memory_used_bytes,
         s.card_count,
-        0 if compared is None else compared.cards,
-        None if compared is None else compared.used_bytes,
-        None if compared is None else compared.total_bytes,
+        memory.compared_cards,
+        memory.compared_used,
+        memory.compared_total,
     )
 
 
@@ -265,17 +265,17 @@ class Ledger:
             self._apply(held[1], held[2], -1)
         s = presented.summary
         utils = [c.utilization_percent for c in s.utilization if c.utilization_percent is not None]
-        compared = s.memory_compared
+        m = Memory.of_node(s)
         figures = (
-            s.card_count,
-            s.memory_used_bytes or 0,
-            s.memory_used_cards,
-            s.memory_total_bytes or 0,
-            s.memory_total_cards,
-            0 if compared is None else compared.cards,
-            0 if compared is None else compared.used_bytes,
-            0 if compared is None else compared.total_bytes,
-            0 if compared is None else compared.allocated_bytes or 0,
+            m.cards,
+            m.used or 0,
+            m.used_cards,
+            m.total or 0,
+            m.total_cards,
+            m.compared_cards,
+            m.compared_used or 0,
+            m.compared_total or 0,
+            m.compared_allocated or 0,
             round(sum(utils) * 1000),
             len(utils),
             band(s.utilization_average_percent),
