@@ -28,10 +28,12 @@ from aiohttp import web
 
 from collector.app import build_app
 from collector.normalise import labelsets, schema
-from collector.normalise.batch import Batch
+from collector.normalise.batch import Batch, Source
+from collector.normalise.schema import SourceKind
 from collector.settings import CollectorSettings
 from collector.sources.nodes import NodeDirectory
 from collector.sources.pods import PodDirectory
+from collector.store.latest import Store
 from simulator.monitors import MonitorFarm
 from simulator.run import demo_app, write_targets
 from testing.processes import bind_one_port, stop
@@ -361,3 +363,11 @@ def pod_batch(node: str) -> Batch:
         labelsets.key(schema.IDLE, vgpu): 0.0,
     }
     return Batch(series, samples=len(series))
+
+
+def pod_history(store: Store, node: str = "n1", points: int = 40) -> None:
+    """``points`` seconds of :func:`pod_batch` on ``node`` in ``store``, the last one now."""
+    source = Source(f"agent/{node}", "agent", node, SourceKind.AGENT, 0)
+    now = time.time()
+    for k in range(points):
+        store.put(source, pod_batch(node), time.monotonic(), now - points + 1 + k)

@@ -16,11 +16,9 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 from aiohttp import web
-from helpers import eventually, holds, pod_batch, running_collector
+from helpers import eventually, holds, pod_history, running_collector
 
 from collector.app import ENGINE, PRIMED, STORE
-from collector.normalise.batch import Source
-from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine, EngineLimits, Queries, Unavailable
 from collector.promql.values import QueryError
 from collector.tsdb.history import History
@@ -115,11 +113,7 @@ async def collector(
         ),
         aiohttp.ClientSession(base) as http,
     ):
-        store = app[STORE]
-        source = Source("agent/n1", "agent", "n1", SourceKind.AGENT, 0)
-        now = time.time()
-        for k in range(40):
-            store.put(source, pod_batch("n1"), time.monotonic(), now - 39 + k)
+        pod_history(app[STORE])
         # the pages' first reports, made once ready, would take the one slot too
         await eventually(lambda: holds(app[PRIMED].is_set()), what="the first readers' pages")
         yield app, http

@@ -5,18 +5,15 @@ presented forms. The first reader finds them kept, as later readers do."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
 from aiohttp import web
-from helpers import eventually, holds, pod_batch, running_collector
+from helpers import eventually, holds, pod_history, running_collector
 
 from collector.app import ENGINE, PRIMED, STORE
-from collector.normalise.batch import Source
-from collector.normalise.schema import SourceKind
 from collector.promql.engine import Engine
 from collector.views.chargeback import Chargeback
 from collector.views.models import ApiError
@@ -39,10 +36,7 @@ async def collector(
         running_collector(kubernetes=False, interval=1.0) as (base, app),
         aiohttp.ClientSession(base) as http,
     ):
-        source = Source("agent/n1", "agent", "n1", SourceKind.AGENT, 0)
-        now = time.time()
-        for k in range(40):
-            app[STORE].put(source, pod_batch("n1"), time.monotonic(), now - 39 + k)
+        pod_history(app[STORE])
         yield app, http, compiled
 
 
