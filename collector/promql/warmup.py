@@ -52,6 +52,7 @@ def queries() -> Iterator[str]:
         parameter = _PARAMETERS.get(op, "")
         yield f"{op} by (node) ({parameter}{SELECTOR})"
         yield f"{op}({parameter}rate({SELECTOR}_total[1m]))"
+    yield f"sum by (card) ({SELECTOR})"  # groups whose rows lie apart (one a node)
     yield f"max_over_time({SELECTOR}[2m:10s])"
     yield f"{SELECTOR} / on (node, card) group_left {SELECTOR}_total"
     yield f'label_replace({SELECTOR}, "c", "$1", "card", "(.*)") > 1'
