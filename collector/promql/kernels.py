@@ -48,26 +48,43 @@ def extrapolated(
     present: BoolArray,
 ) -> None:
     """``rate`` (``counter`` and ``rate``), ``increase`` (``counter``) and ``delta``:
-    Prometheus' ``extrapolatedRate`` of each window ending at ``refs``."""
+    Prometheus' ``extrapolatedRate`` of each window ending at ``refs``.
+
+    Each row is read once: its points' columns, how many come before each column,
+    and its counter resets (the value dropped from, reset by reset); a window's
+    count, first and last point are then looked up, and its correction adds the
+    dropped values of the resets after its first point, in order, as Prometheus'
+    loop does (the points without a reset add nothing there). Visiting each window's
+    points instead took 176 ms of the fine-step bench's hour of 2,400 containers'
+    ``rate`` at step 5 s (12 windows cover each point).
+    """
+    width = values.shape[1]
+    before = np.zeros(width + 1, np.int64)  # points before each column
+    column = np.empty(width, np.int64)  # each point's column
+    reset = np.zeros(width + 1, np.int64)  # resets before each column
+    dropped = np.empty(width)  # what each reset dropped from
     for r in range(values.shape[0]):
         base = _origin(origin, r)
-        for s in range(lo.size):
-            count, first, last = 0, 0, 0
-            result, previous = 0.0, 0.0
-            for p in range(lo[s], hi[s]):
-                if not points[r, p]:
-                    continue
+        n, k, previous = 0, 0, 0.0
+        for p in range(width):
+            if points[r, p]:
                 v = values[r, p]
-                if count == 0:
-                    first = p
-                elif counter and v < previous:
-                    result += previous
-                previous, last = v, p
-                count += 1
+                if counter and n and v < previous:
+                    dropped[k] = previous
+                    k += 1
+                column[n], previous = p, v
+                n += 1
+            before[p + 1], reset[p + 1] = n, k
+        for s in range(lo.size):
+            count = before[hi[s]] - before[lo[s]]
             present[r, s] = count >= 2
             if count < 2:
                 out[r, s] = np.nan
                 continue
+            first, last = column[before[lo[s]]], column[before[hi[s]] - 1]
+            result = 0.0
+            for j in range(reset[first + 1], reset[last + 1]):
+                result += dropped[j]
             v0 = values[r, first]
             result += values[r, last] - v0
             t0, t1 = axis[first] + base, axis[last] + base
