@@ -131,6 +131,20 @@ def test_each_value_is_written_as_go_writes_it(value: float) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
+    values=st.lists(
+        st.floats() | st.floats(1e-8, 1e-3) | st.floats(1e-4, 1e17), min_size=1, max_size=40
+    )
+)
+def test_any_values_are_written_as_go_writes_them(values: list[float]) -> None:
+    """Whatever way each value goes (digits, orjson's shortest text, or formatted), its text
+    is Go's: ratios, tiny, huge, whole, -0 and NaN mixed in one answer."""
+    texts, starts = promjson._texts(np.array(values))
+    written = [texts[a:b].tobytes().decode() for a, b in itertools.pairwise(starts)]
+    assert written == [format_float(v) for v in values]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
     st.lists(
         st.one_of(
             st.integers(-(10**15) + 1, 10**15 - 1),
