@@ -186,7 +186,65 @@ def extreme(
     out: FloatArray,
     present: BoolArray,
 ) -> None:
-    """``max_over_time`` (``most``) and ``min_over_time``: a NaN gives way to any other value."""
+    """``max_over_time`` (``most``) and ``min_over_time``: Prometheus' loop keeps a window's
+    first value and takes a later one only if greater (``most``) or smaller, or if what it
+    kept is NaN; so the answer is the first of the window's extreme values that are not NaN
+    (of ``0`` and ``-0``, whichever comes first), NaN if all are.
+
+    Why a queue: a window slides with the steps, and its candidates (each point no later
+    point beats) are kept in order, best first, so each point is taken and dropped once.
+    Visiting every window's points took 10 ms of 640 cards' ``max_over_time(...[1m])``
+    over 5 minutes at step 1 s (30 points a window). Windows that do not slide forward
+    (no step's bounds before the last's) are visited point by point.
+    """
+    if not _forward(lo, hi):
+        _extreme_each(values, points, lo, hi, most, out, present)
+        return
+    width = values.shape[1]
+    before = np.zeros(width + 1, np.int64)  # points before each column
+    queue = np.empty(width, np.int64)  # the candidates' columns, from head to tail
+    for r in range(values.shape[0]):
+        for p in range(width):
+            before[p + 1] = before[p] + points[r, p]
+        head, tail, taken = 0, 0, 0
+        for s in range(lo.size):
+            taken = max(taken, lo[s])
+            while taken < hi[s]:
+                v = values[r, taken]
+                if points[r, taken] and not np.isnan(v):
+                    while tail > head and (
+                        values[r, queue[tail - 1]] < v if most else values[r, queue[tail - 1]] > v
+                    ):
+                        tail -= 1
+                    queue[tail] = taken
+                    tail += 1
+                taken += 1
+            while head < tail and queue[head] < lo[s]:
+                head += 1
+            present[r, s] = before[hi[s]] > before[lo[s]]
+            out[r, s] = values[r, queue[head]] if head < tail else np.nan
+
+
+@compiled
+def _forward(lo: IntArray, hi: IntArray) -> bool:
+    """Whether no step's window bounds come before the previous step's."""
+    for s in range(1, lo.size):
+        if lo[s] < lo[s - 1] or hi[s] < hi[s - 1]:
+            return False
+    return True
+
+
+@compiled
+def _extreme_each(
+    values: FloatArray,
+    points: BoolArray,
+    lo: IntArray,
+    hi: IntArray,
+    most: bool,
+    out: FloatArray,
+    present: BoolArray,
+) -> None:
+    """:func:`extreme` visiting every window's points."""
     for r in range(values.shape[0]):
         for s in range(lo.size):
             found, best = False, np.nan
