@@ -228,7 +228,7 @@ def extreme(
 @compiled
 def _forward(lo: IntArray, hi: IntArray) -> bool:
     """Whether no step's window bounds come before the previous step's."""
-    for s in range(1, lo.size):
+    for s in range(1, lo.size):  # noqa: SIM110 (numba compiles this loop, not a generator)
         if lo[s] < lo[s - 1] or hi[s] < hi[s - 1]:
             return False
     return True
