@@ -1,4 +1,6 @@
-"""Range functions that visit each window's points in a compiled loop (numba).
+"""Range functions over each step's window in a compiled loop (numba): most visit the
+window's points; ``rate``/``increase``/``delta`` and the extremes, whose windows overlap
+at fine steps, read each row once and look each window up.
 
 Why compiled: in numpy, a range function over every step is a few dozen passes
 over ``(series, steps)`` arrays, with prefix sums in extended precision for what

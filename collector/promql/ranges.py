@@ -5,7 +5,8 @@ blocks' stacked, and each step's window on them) and its scalar arguments, one v
 returns ``(values, present)``, both ``(n, k)``: ``present`` is false where
 Prometheus drops the element (an empty window, ``rate`` of one point...).
 Rates, regressions, sums, means, variances, extremes and quantiles are compiled
-loops over each window's points (:mod:`.kernels`); counts, first and last points
+loops (:mod:`.kernels`): rates and extremes read each row once and look each window
+up, the others visit each window's points; counts, first and last points
 and counter changes come from prefix arrays in closed form; Holt-Winters from
 window tensors a chunk of steps at a time. The arithmetic
 follows Prometheus 2.42's ``promql/functions.go``.
