@@ -75,6 +75,8 @@ QUERIES: dict[str, tuple[str, float, float]] = {
 }
 """Name -> (query, seconds back from now, step)."""
 IN_PROCESS = Budget(60, 3.0, 10)
+FLOOR = "buildinfo"
+"""A request timed beside the queries on both peers: what answering alone costs, cold."""
 RETAKES = 2
 """Times an in-process run is taken again when the peer worked during it (see _through_engine)."""
 OVER_HTTP = Budget(25, 4.0, 8)
@@ -165,9 +167,15 @@ def one_size(
                 asyncio.run(in_process())
             malloc.queries_done()
             peer = (prometheus.base, prometheus.process.pid)
-            times, bodies = time_ranges(app, sock, peer, windows, OVER_HTTP, folder)
+            times, bodies = time_ranges(
+                app, sock, peer, windows, OVER_HTTP, folder, {FLOOR: "/status/buildinfo"}
+            )
         finally:
             prometheus.close()
+    out["floor"] = {
+        who: {k: v for k, v in times[f"{who}_{FLOOR}"].items() if k != "ms"}
+        for who in ("ours", "prometheus")
+    }
     for name, (q, s, e, step) in windows.items():
         inproc, answer = ours[name]
         theirs = from_json(bodies[name][1])
@@ -235,6 +243,12 @@ def table(result: dict[str, Any]) -> str:
         f"\nMedian of the p50 ratios: HTTP {m['http_p50']:.2f}x, in process "
         f"{m['in_process_p50']:.2f}x (goal <= {GOAL_MEDIAN:g}x: "
         f"{'met' if max(m.values()) <= GOAL_MEDIAN else 'NO'})."
+    )
+    floor = result["floor"]
+    lines.append(
+        "A request that does nothing but answer (`/api/v1/status/buildinfo`), HTTP p50 / p99: "
+        f"ours {floor['ours']['p50_ms']:.2f} / {floor['ours']['p99_ms']:.2f} ms, Prometheus' "
+        f"{floor['prometheus']['p50_ms']:.2f} / {floor['prometheus']['p99_ms']:.2f} ms."
     )
     retaken = {
         row["query"]: row["in_process"]["retaken"]

@@ -147,16 +147,23 @@ def time_ranges(
     windows: dict[str, Window],
     budget: Budget,
     folder: str,
+    paths: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, tuple[bytes, bytes]]]:
     """Time every range query of ``windows`` over HTTP on ``app`` (served on ``sock``) and on
     Prometheus (``peer``: its base URL and pid), requests interleaved, each sent once both
     are quiet: the client's times by ``ours_<name>`` and ``prometheus_<name>``, and each
-    name's last bodies, ours and Prometheus'."""
+    name's last bodies, ours and Prometheus'. ``paths``: more requests by name, each a
+    path under both APIs' prefix (timed alike; their bodies are not returned)."""
     port = sock.getsockname()[1]
     peers = {"ours": (f"http://127.0.0.1:{port}", PREFIX), "prometheus": (peer[0], "/api/v1")}
     targets = [
         [f"{who}_{name}", base, range_path(prefix, q, start, end, step)]
         for name, (q, start, end, step) in windows.items()
+        for who, (base, prefix) in peers.items()
+    ]
+    targets += [
+        [f"{who}_{name}", base, prefix + path]
+        for name, path in (paths or {}).items()
         for who, (base, prefix) in peers.items()
     ]
     spec = {
