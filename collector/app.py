@@ -11,8 +11,9 @@ which tasks are dead. What requests share while it is computed (the gzip
 ``/metrics`` page, the namespaces page's reports, the overview's chart) runs as
 :class:`~core.tasks.Flights`, each cancelled and awaited by a cleanup context of
 its own: no task outlives the app. Once ready, one task makes what those pages'
-first readers would wait for (:func:`_first_readers`). Everything the handlers and contexts share is app state
-under an :class:`aiohttp.web.AppKey`, so two apps in one process share nothing.
+first readers would wait for (:func:`_first_readers`). Everything the handlers and
+contexts share is app state under an :class:`aiohttp.web.AppKey`, so two apps in one
+process share nothing.
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ ENGINE = web.AppKey("query engine", Engine)
 
 Synced = Callable[[], bool]
 SYNCED = web.AppKey[list[tuple[str, Synced]]]("synced")
+"""What must have synced before the app is ready: (what, whether it has)."""
 PRIMED = web.AppKey("first readers' pages made", asyncio.Event)
 """Set once, after ready, the first readers' pages are made in the background, or failed to be."""
-"""What must have synced before the app is ready: (what, whether it has)."""
 
 
 def build_app(

@@ -234,9 +234,9 @@ class Ledger:
     read model they came from (its :class:`Presented`, replaced when the node's view changes:
     a scrape, a push) and redone only then; the totals take the old sums off and the new ones
     on, in whole numbers, so they stay exact. Once the overview is read (or primed, once the
-    collector is ready), the ledger follows the node cache (:meth:`NodeCache.follow`): a node's sums are redone as warming presents
-    it again, so the first request after a round finds them done (at 5,000 nodes it summed
-    every node: 0.5-0.7 s).
+    collector is ready), the ledger follows the node cache (:meth:`NodeCache.follow`): a
+    node's sums are redone as warming presents it again, so the first request after a round
+    finds them done (at 5,000 nodes it summed every node: 0.5-0.7 s).
     """
 
     def __init__(self) -> None:
