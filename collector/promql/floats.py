@@ -41,6 +41,17 @@ def format_float(value: float) -> str:
     return text
 
 
+def format_value(value: float) -> str:
+    """A sample's value as Prometheus 2.42's API writes it in a vector or matrix
+    (``util/jsonutil.MarshalValue``): Go's shortest digits, with an exponent (Go's ``'e'``,
+    which is ``repr``'s text there) below 1e-6 and from 1e21 in magnitude, else as
+    :func:`format_float`. A scalar and ``count_values`` write :func:`format_float`."""
+    magnitude = abs(value)
+    if math.isfinite(value) and magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+        return repr(float(value))
+    return format_float(value)
+
+
 def go_float_str(value: float) -> str:
     """Go's ``%v`` for a float64, near enough for error messages."""
     special = _special(value)

@@ -54,9 +54,9 @@ def extrapolated(
 
     Each row is read once: its points' columns, how many come before each column,
     and its counter resets (the value dropped from, reset by reset); a window's
-    count, first and last point are then looked up, and its correction adds the
-    dropped values of the resets after its first point, in order, as Prometheus'
-    loop does (the points without a reset add nothing there). Visiting each window's
+    count, first and last point are then looked up, and to its last value less its
+    first it adds the dropped values of the resets after its first point, in order, as
+    Prometheus' loop does (the points without a reset add nothing there). Visiting each window's
     points instead took 176 ms of the fine-step bench's hour of 2,400 containers'
     ``rate`` at step 5 s (12 windows cover each point).
     """
@@ -84,11 +84,10 @@ def extrapolated(
                 out[r, s] = np.nan
                 continue
             first, last = column[before[lo[s]]], column[before[hi[s]] - 1]
-            result = 0.0
+            v0 = values[r, first]
+            result = values[r, last] - v0
             for j in range(reset[first + 1], reset[last + 1]):
                 result += dropped[j]
-            v0 = values[r, first]
-            result += values[r, last] - v0
             t0, t1 = axis[first] + base, axis[last] + base
             to_start = (t0 - (refs[s] - range_ms)) / 1000
             to_end = (refs[s] - t1) / 1000
@@ -102,10 +101,10 @@ def extrapolated(
             extrapolate_to = sampled
             extrapolate_to += to_start if to_start < threshold else average / 2
             extrapolate_to += to_end if to_end < threshold else average / 2
-            result = result * (extrapolate_to / sampled)
+            factor = extrapolate_to / sampled
             if rate:
-                result = result / (range_ms / 1000)
-            out[r, s] = result
+                factor /= range_ms / 1000
+            out[r, s] = result * factor
 
 
 @compiled
@@ -196,12 +195,9 @@ def extreme(
     Why a queue: a window slides with the steps, and its candidates (each point no later
     point beats) are kept in order, best first, so each point is taken and dropped once.
     Visiting every window's points took 10 ms of 640 cards' ``max_over_time(...[1m])``
-    over 5 minutes at step 1 s (30 points a window). Windows that do not slide forward
-    (no step's bounds before the last's) are visited point by point.
+    over 5 minutes at step 1 s (30 points a window). A window that starts or ends before
+    the last step's starts the queue again.
     """
-    if not _forward(lo, hi):
-        _extreme_each(values, points, lo, hi, most, out, present)
-        return
     width = values.shape[1]
     before = np.zeros(width + 1, np.int64)  # points before each column
     queue = np.empty(width, np.int64)  # the candidates' columns, from head to tail
@@ -210,6 +206,8 @@ def extreme(
             before[p + 1] = before[p] + points[r, p]
         head, tail, taken = 0, 0, 0
         for s in range(lo.size):
+            if s and (lo[s] < lo[s - 1] or hi[s] < hi[s - 1]):  # behind the last: start again
+                head, tail, taken = 0, 0, lo[s]
             taken = max(taken, lo[s])
             while taken < hi[s]:
                 v = values[r, taken]
@@ -225,40 +223,6 @@ def extreme(
                 head += 1
             present[r, s] = before[hi[s]] > before[lo[s]]
             out[r, s] = values[r, queue[head]] if head < tail else np.nan
-
-
-@compiled
-def _forward(lo: IntArray, hi: IntArray) -> bool:
-    """Whether no step's window bounds come before the previous step's."""
-    for s in range(1, lo.size):  # noqa: SIM110 (numba compiles this loop, not a generator)
-        if lo[s] < lo[s - 1] or hi[s] < hi[s - 1]:
-            return False
-    return True
-
-
-@compiled
-def _extreme_each(
-    values: FloatArray,
-    points: BoolArray,
-    lo: IntArray,
-    hi: IntArray,
-    most: bool,
-    out: FloatArray,
-    present: BoolArray,
-) -> None:
-    """:func:`extreme` visiting every window's points."""
-    for r in range(values.shape[0]):
-        for s in range(lo.size):
-            found, best = False, np.nan
-            for p in range(lo[s], hi[s]):
-                if not points[r, p]:
-                    continue
-                v = values[r, p]
-                if not found or np.isnan(best) or (v > best if most else v < best):
-                    best = v
-                found = True
-            out[r, s] = best
-            present[r, s] = found
 
 
 @compiled

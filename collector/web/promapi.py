@@ -38,7 +38,7 @@ from collector import __version__
 from collector.auth.access import Access, access_of
 from collector.normalise import schema
 from collector.promql.engine import Engine, Queries, Unavailable
-from collector.promql.floats import format_float
+from collector.promql.floats import format_float, format_value
 from collector.promql.limits import check_depth
 from collector.promql.params import parse_duration, parse_time
 from collector.promql.plan import parse_promql, selector_matchers, tenant_matcher
@@ -382,13 +382,13 @@ def _result(
     if result_type == "matrix":
         return _matrix_data(result)
     vector: Vector = result  # type: ignore[assignment]
-    samples = [{"metric": s.labels, "value": [at, format_float(s.value)]} for s in vector]
+    samples = [{"metric": s.labels, "value": [at, format_value(s.value)]} for s in vector]
     return {"resultType": "vector", "result": samples}
 
 
 def _matrix_data(result: Vector | Scalar | String | Matrix) -> dict[str, Any]:
     matrix: Matrix = result  # type: ignore[assignment]
     series = [
-        {"metric": s.labels, "values": [[t, format_float(v)] for t, v in s.points]} for s in matrix
+        {"metric": s.labels, "values": [[t, format_value(v)] for t, v in s.points]} for s in matrix
     ]
     return {"resultType": "matrix", "result": series}

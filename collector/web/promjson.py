@@ -24,7 +24,7 @@ import orjson
 
 from collector.compiled import compiled, inlined
 from collector.promql.arrays import BoolArray, IntArray
-from collector.promql.floats import format_float
+from collector.promql.floats import format_value
 from collector.promql.values import Labels, MatrixColumns
 
 _HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
@@ -132,7 +132,7 @@ def _put(
 
 
 def _texts(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.uint8], IntArray]:
-    """Each value as Go's ``strconv.FormatFloat(v, 'f', -1, 64)`` writes it, laid end to end:
+    """Each value as Prometheus writes a sample's (:func:`format_value`), laid end to end:
     value ``i``'s text is ``texts[starts[i]:starts[i + 1]]``.
 
     Why three ways: a whole number below 2**53 is its integer's digits, which a compiled
@@ -140,10 +140,10 @@ def _texts(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.uint8], IntA
     ``max_over_time`` over 5 minutes at step 1 s took 37 ms in Python, 0.6 ms here).
     Another finite value from 1e-4 to under 1e16 is its shortest round-trip digits
     without an exponent, as orjson writes a float there (the same text as Python's
-    ``repr``; ``tests/unit/test_promjson.py`` holds it to Go's for any float): the
+    ``repr``; ``tests/unit/test_promjson.py`` holds it to Prometheus' for any float): the
     58,000 distinct ratios of 80 nodes' mean over an hour at step 5 s took 8-25 ms
     through ``repr``, 1.1 ms through orjson. The rest (-0, huge, tiny, NaN,
-    infinities) go through :func:`format_float`.
+    infinities) go through :func:`format_value`.
     """
     whole = (np.floor(values) == values) & (np.abs(values) < _EXACT)
     whole &= ~((values == 0) & np.signbit(values))  # -0: Go writes "-0"
@@ -155,7 +155,7 @@ def _texts(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.uint8], IntA
     listed = np.frombuffer(orjson.dumps(left[~odd], option=orjson.OPT_SERIALIZE_NUMPY), np.uint8)
     listed = listed[1:-1]
     commas = np.flatnonzero(listed == _COMMA)
-    formatted = [format_float(float(v)) for v in left[odd].tolist()]
+    formatted = [format_value(float(v)) for v in left[odd].tolist()]
     lengths = np.zeros(values.size, dtype=np.int64)
     if plain.size:
         lengths[plain] = np.diff(commas, prepend=-1, append=listed.size) - 1
@@ -174,28 +174,21 @@ def _texts(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.uint8], IntA
 
 def _step_pieces(at_ms: IntArray) -> tuple[npt.NDArray[np.uint8], IntArray]:
     """Each step's piece ``[<time>,"`` laid end to end, and each one's width; the time as
-    ``json.dumps`` writes the float ``at_ms / 1000`` (its repr).
+    Prometheus 2.42 writes it (``util/jsonutil``'s ``MarshalTimestamp``): the whole
+    seconds, then, unless the time is on a second, a point and the three digits of its
+    milliseconds (``1700000051``, ``1700000000.500``).
 
-    Why compiled: written by repr in Python, 300 steps took 71-80 us of the 0.3 ms a
-    16-series answer took to write, 11 us here. Below 10**15 ms (in magnitude) a time's
-    repr is its milliseconds as a decimal of three places less the trailing zeros
-    (but one): it has at most 15 digits, which a float keeps exactly, so no shorter
-    text reads back as the same float; past that, repr's own.
+    Why compiled: written in Python, 300 steps took 71-80 us of the 0.3 ms a 16-series
+    answer took to write, 11 us here.
     """
-    if at_ms.size and int(np.abs(at_ms).max()) >= _PLAIN_MS:
-        steps = [b"[" + repr(t).encode() + b',"' for t in (at_ms / 1000).tolist()]
-        widths = np.fromiter(map(len, steps), np.int64, len(steps))
-        return np.frombuffer(b"".join(steps), dtype=np.uint8), widths
     out = np.empty(at_ms.size * _STEP_PIECE, dtype=np.uint8)
     widths = np.empty(at_ms.size, dtype=np.int64)
     size = _step_texts(at_ms, out, widths)
     return out[:size], widths
 
 
-_PLAIN_MS = 10**15
-_STEP_PIECE = 24
-"""The widest step piece below :data:`_PLAIN_MS`: ``[``, a sign, 12 digits, ``.``, 3 digits,
-``,"``, with room to spare."""
+_STEP_PIECE = 28
+"""The widest step piece: ``[``, a sign, 19 digits, ``.``, 3 digits, ``,"``."""
 
 
 @compiled
@@ -213,24 +206,10 @@ def _step_texts(at_ms: IntArray, out: npt.NDArray[np.uint8], widths: IntArray) -
             at += 1
             ms = -ms
         seconds, fraction = ms // 1000, ms % 1000
-        digits, rest = 1, seconds
-        while rest >= 10:
-            rest //= 10
-            digits += 1
-        for k in range(digits - 1, -1, -1):
-            out[at + k] = 48 + seconds % 10
-            seconds //= 10
-        at += digits
-        out[at] = 46  # .
-        at += 1
-        places = 3
-        while places > 1 and fraction % 10 == 0:
-            fraction //= 10
-            places -= 1
-        for k in range(places - 1, -1, -1):
-            out[at + k] = 48 + fraction % 10
-            fraction //= 10
-        at += places
+        at = _written(seconds, _width(seconds), out, at)
+        if fraction:
+            out[at] = 46  # .
+            at = _written(fraction, 3, out, at + 1)
         out[at] = 44  # ,
         out[at + 1] = 34  # "
         at += 2
@@ -243,12 +222,7 @@ def _digit_counts(values: npt.NDArray[np.float64], whole: BoolArray, out: IntArr
     """The length of each whole value's text (its sign and digits) into ``out``."""
     for i in range(values.size):
         if whole[i]:
-            n = int(abs(values[i]))
-            count = 1 if values[i] >= 0 else 2
-            while n >= 10:
-                n //= 10
-                count += 1
-            out[i] = count
+            out[i] = _width(int(abs(values[i]))) + (1 if values[i] < 0 else 0)
 
 
 @compiled
@@ -258,16 +232,30 @@ def _digits(
     """Write each whole value's sign and digits at its start in ``out``."""
     for i in range(values.size):
         if whole[i]:
-            n = int(abs(values[i]))
-            at = starts[i + 1] - 1
-            while True:
-                out[at] = 48 + n % 10
-                n //= 10
-                at -= 1
-                if n == 0:
-                    break
-            if values[i] < 0:
-                out[starts[i]] = 45
+            sign = 1 if values[i] < 0 else 0
+            if sign:
+                out[starts[i]] = 45  # -
+            _written(int(abs(values[i])), starts[i + 1] - starts[i] - sign, out, starts[i] + sign)
+
+
+@inlined
+def _width(n: int) -> int:
+    """How many decimal digits ``n`` (0 or more) has."""
+    count = 1
+    while n >= 10:
+        n //= 10
+        count += 1
+    return count
+
+
+@inlined
+def _written(n: int, width: int, out: npt.NDArray[np.uint8], at: int) -> int:
+    """Write the last ``width`` decimal digits of ``n`` (0 or more; zeros before it to fill)
+    at ``at`` in ``out``; where they end."""
+    for k in range(width - 1, -1, -1):
+        out[at + k] = 48 + n % 10
+        n //= 10
+    return at + width
 
 
 @compiled

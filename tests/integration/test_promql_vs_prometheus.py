@@ -25,8 +25,9 @@ import pytest
 from helpers import prometheus_tool, real_prometheus
 from test_promql import MemoryStorage
 
-from collector.promql.query import instant_query, range_query
+from collector.promql.query import instant_query, prepare_range, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
+from collector.web.promjson import matrix_body
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
 SPAN = 40 * 60
@@ -693,3 +694,39 @@ def test_equal_values_deviate_by_exactly_zero(prometheus: tuple[str, list[Memory
             for storage in storages:
                 _, got = ours(instant_query(query, at, storage), at)
                 assert sorted(got) == sorted(want), f"{query} at {at}"
+
+
+WRITTEN = [
+    UTIL,  # ratios: orjson's shortest digits
+    f"rate({LAUNCHES}[5m])",
+    f"{USED} / 1e20",  # under 1e-4: no exponent, every zero written
+    f"{UTIL} * 1e-3",  # either side of 1e-4
+    f"{USED} * 1e7",  # whole and past 2**53
+    f"-{UTIL} * 3",
+    f"{UTIL} * -0",  # -0
+    f"{USED} / 0",  # +Inf
+    f"({UTIL} - {UTIL}) / 0",  # NaN
+]
+"""Range answers whose values take every way a value's text is written
+(:func:`collector.web.promjson._texts`)."""
+
+
+def test_range_answers_are_written_as_prometheus_writes_them(
+    prometheus: tuple[str, list[MemoryStorage]],
+) -> None:
+    """Each point's time and value text in a range answer's body is the text Prometheus
+    2.42 writes for it (Go's ``FormatFloat(v, 'f', -1, 64)``), not only the same number."""
+    url, storages = prometheus
+    start, end, step = RANGE
+    for query in WRITTEN:
+        want = {
+            key(s["metric"]): s["values"]
+            for s in ask_prometheus(url, query, None)["data"]["result"]
+        }
+        assert want, query
+        columns = prepare_range(query, start, end, step, storages[0]).columns()
+        got = {
+            key(s["metric"]): s["values"]
+            for s in json.loads(matrix_body(columns))["data"]["result"]
+        }
+        assert got == want, query

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.promql.floats import format_float
+from collector.promql.floats import format_value
 from collector.promql.values import MatrixColumns
 from collector.tsdb.series import LabelSet
 from collector.web import promjson
@@ -42,7 +42,7 @@ def answers(draw: st.DrawFn) -> MatrixColumns:
 def expected(answer: MatrixColumns) -> object:
     """What the point-by-point encoding of the same answer says."""
     result = [
-        {"metric": s.labels, "values": [[t, format_float(v)] for t, v in s.points]}
+        {"metric": s.labels, "values": [[t, format_value(v)] for t, v in s.points]}
         for s in answer.series()
     ]
     return {"status": "success", "data": {"resultType": "matrix", "result": result}}
@@ -123,10 +123,11 @@ def test_each_point_is_found_among_the_distinct_values(
     ],
 )
 def test_each_value_is_written_as_go_writes_it(value: float) -> None:
-    """Whole numbers through the compiled digits, the rest formatted: Go's text either way."""
+    """Whole numbers through the compiled digits, the rest formatted: Prometheus' text
+    either way (``MarshalValue``: an exponent below 1e-6 and from 1e21)."""
     texts, starts = promjson._texts(np.array([value, 3.0, value]))
     written = [texts[a:b].tobytes().decode() for a, b in itertools.pairwise(starts)]
-    assert written == [format_float(value), "3", format_float(value)]
+    assert written == [format_value(value), "3", format_value(value)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -137,10 +138,10 @@ def test_each_value_is_written_as_go_writes_it(value: float) -> None:
 )
 def test_any_values_are_written_as_go_writes_them(values: list[float]) -> None:
     """Whatever way each value goes (digits, orjson's shortest text, or formatted), its text
-    is Go's: ratios, tiny, huge, whole, -0 and NaN mixed in one answer."""
+    is Prometheus': ratios, tiny, huge, whole, -0 and NaN mixed in one answer."""
     texts, starts = promjson._texts(np.array(values))
     written = [texts[a:b].tobytes().decode() for a, b in itertools.pairwise(starts)]
-    assert written == [format_float(v) for v in values]
+    assert written == [format_value(v) for v in values]
 
 
 @settings(max_examples=300, deadline=None)
@@ -150,14 +151,24 @@ def test_any_values_are_written_as_go_writes_them(values: list[float]) -> None:
             st.integers(-(10**15) + 1, 10**15 - 1),
             st.integers(-2000, 2000),
             st.integers(0, 2**41).map(lambda ms: ms - ms % 1000),  # whole seconds
-            st.integers(-(2**62), 2**62),  # past 10**15: repr's own
+            st.integers(-(2**62), 2**62),
         ),
         max_size=8,
     )
 )
-def test_each_steps_time_is_written_as_its_repr(at_ms: list[int]) -> None:
-    """A step's time as json.dumps writes the float of its seconds, compiled or not."""
+def test_each_steps_time_is_written_as_prometheus_writes_it(at_ms: list[int]) -> None:
+    """A step's time as Prometheus 2.42's ``util/jsonutil.MarshalTimestamp`` writes it: a
+    sign, the whole seconds, and only off a second a point and three digits of milliseconds
+    (``1700000051``, ``1700000000.500``; the real Prometheus' own bodies are compared in
+    ``tests/integration/test_promql_vs_prometheus.py``)."""
     blob, widths = promjson._step_pieces(np.array(at_ms, dtype=np.int64))
     ends = np.cumsum(widths).tolist()
     written = [blob[a:b].tobytes().decode() for a, b in itertools.pairwise([0, *ends])]
-    assert written == [f'[{json.dumps(ms / 1000)},"' for ms in at_ms]
+    assert written == [f'[{marshal_timestamp(ms)},"' for ms in at_ms]
+
+
+def marshal_timestamp(ms: int) -> str:
+    """``MarshalTimestamp`` of Prometheus 2.42, written out."""
+    sign, ms = ("-", -ms) if ms < 0 else ("", ms)
+    fraction = f".{ms % 1000:03d}" if ms % 1000 else ""
+    return f"{sign}{ms // 1000}{fraction}"
