@@ -236,20 +236,23 @@ async def test_the_pages_flights_end_with_the_app() -> None:
         assert release.wait(60), "the test never released the engine's one slot"
 
     try:
-        async with (
-            running_collector(kubernetes=False, query_max_concurrency=1) as (base, app),
-            aiohttp.ClientSession() as http,
-        ):
-            engine = app[ENGINE]
-            held.append(asyncio.ensure_future(engine.run(hold, identity="the test")))
-            await eventually(lambda: holds(engine.evaluating == 1), what="the slot held")
-            async with http.get(f"{base}/?refresh=0") as resp:
-                assert resp.status == 200, "the overview never waits long for its chart"
-            report = asyncio.ensure_future(http.get(f"{base}/namespaces?window=1h"))
-            await eventually(lambda: holds(_flying() == PAGE_FLIGHTS), what="both in flight")
-        assert _flying() == set(), "cancelled and awaited by the app's cleanup"
-        with pytest.raises(aiohttp.ClientError):
-            await report
+        # The session outlives the collector: closed first, it would fail the request
+        # itself, or its retry on the reused connection, before the app's cleanup ran.
+        async with aiohttp.ClientSession() as http:
+            async with running_collector(kubernetes=False, query_max_concurrency=1) as (
+                base,
+                app,
+            ):
+                engine = app[ENGINE]
+                held.append(asyncio.ensure_future(engine.run(hold, identity="the test")))
+                await eventually(lambda: holds(engine.evaluating == 1), what="the slot held")
+                async with http.get(f"{base}/?refresh=0") as resp:
+                    assert resp.status == 200, "the overview never waits long for its chart"
+                report = asyncio.ensure_future(http.get(f"{base}/namespaces?window=1h"))
+                await eventually(lambda: holds(_flying() == PAGE_FLIGHTS), what="both in flight")
+            assert _flying() == set(), "cancelled and awaited by the app's cleanup"
+            with pytest.raises(aiohttp.ClientError):
+                await report
     finally:
         release.set()
         await asyncio.gather(*held)
