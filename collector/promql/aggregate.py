@@ -1,17 +1,21 @@
 """Aggregation operators over a whole :class:`~.arrays.Vec`, as Prometheus 2.x's ``aggregation``.
 
 The groups are found once a query (a dict over label sets, in order of first
-appearance, which is Prometheus' output order); every reduction is then one
-numpy call over all groups and steps (``reduceat`` on rows sorted by group),
-``quantile`` one sort of all present elements keyed by (group, step); where
-Prometheus' answer depends on the order it visits the elements in (the
-running updates of ``stddev`` and ``stdvar``, the heaps of ``topk`` and
-``bottomk``) a compiled loop visits them in that order.
+appearance, which is Prometheus' output order); ``count``, ``max`` and ``min``
+are then one numpy call over all groups and steps (``reduceat`` on rows sorted
+by group), ``quantile`` one sort of all present elements keyed by (group,
+step). Where Prometheus' answer depends on the order it visits the elements in
+(the additions of ``sum``, the running updates of ``avg``, ``stddev`` and
+``stdvar``, the heaps of ``topk`` and ``bottomk``) a compiled loop visits them
+in that order, so that the bits are Prometheus'.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from collector.compiled import compiled
 from collector.tsdb.series import LabelSet
@@ -69,40 +73,40 @@ class Groups:
         reduced: np.ndarray = ufunc.reduceat(grouped, self.starts, axis=0)
         return reduced if self._pick is None else reduced[self._pick]
 
-    def total(self, rows: np.ndarray) -> FloatArray:
-        """The sum of each group's rows at each step, as float64.
+    def count(self, present: BoolArray) -> FloatArray:
+        """How many of each group's rows are present at each step, as float64.
 
         ``reduceat`` where the groups' rows lie together, else a compiled loop adding
-        each row into its group's (:func:`_summed`): both far faster than sorting the rows.
+        each row into its group's (:func:`_counted`): both far faster than sorting the rows.
         """
-        if self.order is None:
-            if rows.dtype == np.bool_:  # a count: summed as integers, twice as fast as floats
-                counted = np.add.reduceat(rows.view(np.uint8), self.starts, axis=0, dtype=np.int64)
-                summed: FloatArray = counted.astype(np.float64)
-            else:
-                summed = np.add.reduceat(rows, self.starts, axis=0, dtype=np.float64)
+        if self.order is None:  # summed as integers, twice as fast as floats
+            counted = np.add.reduceat(present.view(np.uint8), self.starts, axis=0, dtype=np.int64)
+            summed: FloatArray = counted.astype(np.float64)
             return summed if self._pick is None else summed[self._pick]
-        rows = np.ascontiguousarray(rows)
-        if not rows.flags.writeable:  # a broadcast mask's copy: one signature of the loop
-            rows = rows.copy()
-        return _summed(rows, self.ids, len(self.labels))
+        return _counted(_loopable(present), self.ids, len(self.labels))
+
+
+def _loopable(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``array`` as the compiled loops take it: contiguous and writeable, so that a
+    read-only view (a broadcast mask) meets the signature compiled before ready."""
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
 
 
 @compiled
-def _summed(rows: np.ndarray, ids: IntArray, groups: int) -> FloatArray:
-    """Each group's sum of ``rows`` at each step, rows added in row order from 0.0.
+def _counted(present: BoolArray, ids: IntArray, groups: int) -> FloatArray:
+    """How many of each group's rows are present at each step.
 
-    Why compiled: ``bincount`` over each element's (group, step) cell made the same
-    additions in the same order, but over 2,400 rows x 721 steps into 8 groups it took
-    3.3 ms of values and 6.9 ms of a mask (24 ms a call inside the fine-step bench's
+    Why compiled: ``bincount`` over each element's (group, step) cell took 6.9 ms over
+    2,400 rows x 721 steps into 8 groups (24 ms a call inside the fine-step bench's
     ``sum by (namespace) (rate(...))``, with the cells' 14 MB of indexes to make); this
-    loop 0.5 and 0.3 ms.
+    loop 0.3 ms.
     """
-    out = np.zeros((groups, rows.shape[1]))
-    for r in range(rows.shape[0]):
+    out = np.zeros((groups, present.shape[1]))
+    for r in range(present.shape[0]):
         g = ids[r]
-        for s in range(rows.shape[1]):
-            out[g, s] += rows[r, s]
+        for s in range(present.shape[1]):
+            out[g, s] += present[r, s]
     return out
 
 
@@ -139,7 +143,7 @@ def aggregate(node: AggNode, vec: Vec, param: FloatArray | str | None) -> Vec:
     if not vec.labels:
         return Vec.empty(steps)
     groups = Groups(vec.labels, frozenset(node.grouping), node.without, vec.rank, vec.maps)
-    count = groups.total(vec.present)
+    count = groups.count(vec.present)
     if node.op == "quantile":
         assert isinstance(param, np.ndarray)
         values = _quantile(groups, vec, param)
@@ -163,46 +167,53 @@ def _reduce(op: str, groups: Groups, vec: Vec, count: FloatArray) -> FloatArray:
         return count
     if op == "group":
         return np.ones(count.shape)
-    if op in ("stddev", "stdvar"):
-        return _deviation(groups, vec, op == "stddev")
-    masked = np.where(present, vec.values, 0.0)
-    if op == "sum":
-        return groups.total(masked)
     if op in ("max", "min"):
         pick = np.fmax if op == "max" else np.fmin
         return groups.reduce(pick, np.where(present, vec.values, np.nan))
-    assert op == "avg"
-    return _mean(groups, vec, masked, np.maximum(count, 1))
+    return _fold(op, groups, vec)
 
 
-def _deviation(groups: Groups, vec: Vec, stddev: bool) -> FloatArray:
-    """``stddev`` of each group at each step (``stddev``), or ``stdvar``."""
-    out = np.empty((len(groups.labels), vec.steps))
-    values, present = np.ascontiguousarray(vec.values), np.ascontiguousarray(vec.present)
-    _welford(values, present, groups.ids, _in_order(vec), stddev, out)
+_SUM, _AVG, _STDVAR, _STDDEV = range(4)
+_FOLDS = {"sum": _SUM, "avg": _AVG, "stdvar": _STDVAR, "stddev": _STDDEV}
+"""The aggregations :func:`_folded` makes, by the number it takes."""
+
+
+def _fold(op: str, groups: Groups, vec: Vec) -> FloatArray:
+    """``op`` (one of :data:`_FOLDS`) of each group at each step."""
+    out = np.zeros((len(groups.labels), vec.steps))
+    values, present = _loopable(vec.values), _loopable(vec.present)
+    _folded(values, present, groups.ids, _in_order(vec), _FOLDS[op], out)
     return out
 
 
 @compiled
-def _welford(
+def _folded(
     values: FloatArray,
     present: BoolArray,
     ids: IntArray,
     order: IntArray,
-    stddev: bool,
+    op: int,
     out: FloatArray,
 ) -> None:
-    """Welford's update over each group's elements, taken in Prometheus' order (``order``),
-    as its ``aggregation`` does: a group of equal values deviates by exactly
-    0, where a mean taken first and the deviations from it after gave 2e-15.
+    """Each group's ``sum``, ``avg``, ``stdvar`` or ``stddev`` (``op``, numbered as in
+    :data:`_FOLDS`) at each step into ``out``, made as Prometheus 2.42's ``aggregation``
+    makes it, element by element in its order (``order``): the group's first value
+    taken as it is, then each next one added (``sum``); folded into the mean by
+    ``mean += v/n - mean/n``, an infinite mean kept against finite values and
+    infinities of its sign (``avg``); or taken into Welford's update (the deviations).
 
-    Why compiled: the update is sequential per group and step; over a (rows, steps) matrix
-    it is one pass that reads each element once.
+    The same operations in the same order give the same bits. Summed in storage order
+    or by pairs (``reduceat``), or as a sum over a count, a third of the points of
+    ``avg by`` and ``sum by`` over fractions differed from Prometheus' in their last
+    bits; a mean taken first and the deviations from it after gave 2e-15 for a group
+    of equal values, where Prometheus' deviation is exactly 0.
+
+    Why compiled: the fold is sequential per group and step; over a (rows, steps)
+    matrix it is one pass that reads each element once.
     """
     groups, steps = out.shape
     count = np.zeros((groups, steps), dtype=np.int64)
-    mean = np.zeros((groups, steps))
-    aux = np.zeros((groups, steps))
+    mean = np.zeros((groups, steps))  # the deviations' running mean; out holds the rest
     for r in order:
         g = ids[r]
         for s in range(steps):
@@ -212,36 +223,25 @@ def _welford(
             n = count[g, s] + 1
             count[g, s] = n
             if n == 1:
+                out[g, s] = v if op < _STDVAR else 0.0
                 mean[g, s] = v
-                continue
-            delta = v - mean[g, s]
-            mean[g, s] += delta / n
-            aux[g, s] += delta * (v - mean[g, s])
+            elif op == _SUM:
+                out[g, s] += v
+            elif op == _AVG:
+                m = out[g, s]
+                if np.isinf(m) and ((np.isinf(v) and (m > 0) == (v > 0)) or np.isfinite(v)):
+                    continue
+                out[g, s] = m + (v / n - m / n)
+            else:
+                delta = v - mean[g, s]
+                mean[g, s] += delta / n
+                out[g, s] += delta * (v - mean[g, s])
+    if op < _STDVAR:
+        return
     for g in range(groups):
         for s in range(steps):
-            variance = aux[g, s] / count[g, s]
-            out[g, s] = np.sqrt(variance) if stddev else variance
-
-
-def _mean(groups: Groups, vec: Vec, masked: FloatArray, count: FloatArray) -> FloatArray:
-    """``avg``: sum over count, with Prometheus' incremental mean's infinities (it never overflows).
-
-    Any NaN or infinities of both signs give NaN, one sign of infinity gives it.
-    """
-    present = vec.present
-    finite = np.isfinite(vec.values)
-    numbers = np.where(finite, masked, 0.0)
-    mean = groups.total(numbers) / count
-    if not np.isfinite(mean).all():  # finite values past float64's range: sum them wider
-        wide = groups.reduce(np.add, numbers.astype(np.longdouble))
-        mean = (wide / count).astype(np.float64)
-    if finite[present].all():
-        return mean
-    nan = groups.total(present & np.isnan(vec.values)) > 0
-    up = groups.total(present & (vec.values == np.inf)) > 0
-    down = groups.total(present & (vec.values == -np.inf)) > 0
-    mean = np.where(up, np.inf, np.where(down, -np.inf, mean))
-    return np.where(nan | (up & down), np.nan, mean)
+            variance = out[g, s] / count[g, s]
+            out[g, s] = np.sqrt(variance) if op == _STDDEV else variance
 
 
 def _ranked(vec: Vec, ids: IntArray) -> tuple[IntArray, IntArray]:

@@ -375,6 +375,70 @@ def test_topk_keeps_and_orders_what_prometheus_heap_does(
         assert kept == set(want)
 
 
+def prometheus_fold(values: list[float], mean: bool) -> float:
+    """``sum`` (or ``avg``, ``mean``) of one group at one step, as Prometheus 2.42 makes it:
+    written from promql/engine.go's ``aggregation``, which takes the group's first element
+    as it is, then adds each next one (``group.value += s.V``) or folds it into the mean
+    (``group.mean += s.V/n - group.mean/n``, an infinite mean kept against finite values
+    and infinities of its sign), in the vector's order."""
+    total = values[0]
+    for n, v in enumerate(values[1:], start=2):
+        if not mean:
+            total += v
+        elif not (
+            math.isinf(total) and (math.isfinite(v) or (math.isinf(v) and (total > 0) == (v > 0)))
+        ):
+            total += v / n - total / n
+    return total
+
+
+def same_bits(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or (
+        a == b and math.copysign(1, a) == math.copysign(1, b)
+    )
+
+
+fraction = st.one_of(
+    st.none(),
+    st.floats(-1000, 1000).map(lambda v: round(v, 3)),
+    st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 1e308]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.lists(fraction, min_size=4, max_size=4), min_size=1, max_size=20))
+@example(rows=[[-0.0] * 4])
+@example(rows=[[0.1] * 4, [0.2] * 4, [0.3] * 4, [1e308] * 4, [1e308] * 4])
+def test_sum_and_avg_make_prometheus_bits(rows: list[list[float | None]]) -> None:
+    """Each group's ``sum`` and ``avg`` at each step are the bits of Prometheus' fold over
+    its elements in label order: the rows are stored backwards, their groups interleaved,
+    so neither the storage's order nor adding by pairs, nor sum over count, gives them."""
+    db = MemoryStorage()
+    for i, row in reversed(list(enumerate(rows))):
+        points = [(10.0 * step, v) for step, v in enumerate(row) if v is not None]
+        db.add({"__name__": "m", "g": "ab"[i % 2], "i": f"{i:02}"}, points)
+    for op in ("sum", "avg"):
+        query = f"{op} by (g) (m)"
+        ranged = {
+            s.labels["g"]: dict(s.points) for s in range_query(query, 0, 30, 10, db, lookback=5)
+        }
+        for step in range(4):
+            for g in "ab":
+                here = [row[step] for i, row in enumerate(rows) if i % 2 == "ab".index(g)]
+                values = [v for v in here if v is not None]
+                got = ranged.get(g, {}).get(10.0 * step)
+                if not values:
+                    assert got is None
+                    continue
+                want = prometheus_fold(values, op == "avg")
+                assert got is not None, (op, g, step)
+                assert same_bits(got, want), (op, g, step, got, want)
+                now = instant_query(query, 10.0 * step, db, lookback=5)
+                assert isinstance(now, list)
+                found = {e.labels["g"]: e.value for e in now if isinstance(e, Element)}
+                assert same_bits(found[g], want), (op, g, step, "instant")
+
+
 def test_topk_keeps_the_tied_series_its_heap_keeps() -> None:
     """Where a bigger element pops the heap's root, the root is the last of the tied elements
     pushed, not the first: ``topk(2)`` of a=1, b=1, c=5 keeps c and b (a ranking that breaks
