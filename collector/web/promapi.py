@@ -8,7 +8,7 @@ reads the history, which the store feeds on each change.
 Every query goes through the collector's one engine
 (:class:`~collector.promql.engine.Engine`): its slots, its per-identity cap
 (one more answers 429), its timeout and sample limit, its worker thread. The
-answer is shaped in that thread too (a range query's JSON body included).
+answer's JSON body is written in that thread too.
 
 A tenant (:class:`~collector.auth.access.Access` with namespaces) sees only
 its namespaces' series, as behind prom-label-proxy: every selector of its
@@ -38,15 +38,14 @@ from collector import __version__
 from collector.auth.access import Access, access_of
 from collector.normalise import schema
 from collector.promql.engine import Engine, Queries, Unavailable
-from collector.promql.floats import format_float, format_value
 from collector.promql.limits import check_depth
 from collector.promql.params import parse_duration, parse_time
 from collector.promql.plan import parse_promql, selector_matchers, tenant_matcher
-from collector.promql.values import Matrix, QueryError, Scalar, String, Vector
+from collector.promql.values import QueryError
 from collector.store.latest import Store
 from collector.tsdb.history import History
 from collector.tsdb.series import Matcher
-from collector.web.promjson import matrix_body
+from collector.web.promjson import instant_body, matrix_body
 
 PREFIX = "/prometheus/api/v1"
 PROMETHEUS_VERSION = "2.42.0"
@@ -104,9 +103,9 @@ class PrometheusAPI:
         query = params.required("query")
         access = access_of(params.request)
 
-        def answer(queries: Queries) -> dict[str, Any]:
+        def answer(queries: Queries) -> bytes:
             prepared = queries.instant(query, at)
-            return _result(prepared.result_type, prepared.run(), at)
+            return instant_body(prepared.result_type, prepared.run(), at)
 
         return await self._engine.run(
             answer,
@@ -269,7 +268,7 @@ def _enveloped(handler: Callable[[_Params], Any]) -> Callable[[web.Request], Any
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return _error("internal", "internal error, see the collector's log")
-        if isinstance(data, bytes):  # a whole body, written by the handler (a range query's)
+        if isinstance(data, bytes):  # a whole body, written by the handler (a query's)
             return web.Response(body=data, content_type="application/json")
         if isinstance(data, web.Response):  # a whole answer (exemplars' 204, as 2.42's)
             return data
@@ -369,26 +368,3 @@ def _limited(items: list[Any], params: _Params) -> list[Any]:
         if limit:
             return items[:limit]
     return items
-
-
-def _result(
-    result_type: str, result: Vector | Scalar | String | Matrix, at: float
-) -> dict[str, Any]:
-    """An instant query's ``data``; a range selector's result is a matrix even when empty."""
-    if isinstance(result, Scalar):
-        return {"resultType": "scalar", "result": [at, format_float(result.value)]}
-    if isinstance(result, String):
-        return {"resultType": "string", "result": [at, result.value]}
-    if result_type == "matrix":
-        return _matrix_data(result)
-    vector: Vector = result  # type: ignore[assignment]
-    samples = [{"metric": s.labels, "value": [at, format_value(s.value)]} for s in vector]
-    return {"resultType": "vector", "result": samples}
-
-
-def _matrix_data(result: Vector | Scalar | String | Matrix) -> dict[str, Any]:
-    matrix: Matrix = result  # type: ignore[assignment]
-    series = [
-        {"metric": s.labels, "values": [[t, format_value(v)] for t, v in s.points]} for s in matrix
-    ]
-    return {"resultType": "matrix", "result": series}

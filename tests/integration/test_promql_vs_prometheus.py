@@ -11,6 +11,7 @@ same samples; label sets must match exactly, values within 1e-9 relative.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -25,9 +26,9 @@ import pytest
 from helpers import prometheus_tool, real_prometheus
 from test_promql import MemoryStorage
 
-from collector.promql.query import instant_query, prepare_range, range_query
+from collector.promql.query import instant_query, prepare_instant, prepare_range, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
-from collector.web.promjson import matrix_body
+from collector.web.promjson import instant_body, matrix_body
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
 SPAN = 40 * 60
@@ -706,6 +707,8 @@ WRITTEN = [
     f"{UTIL} * -0",  # -0
     f"{USED} / 0",  # +Inf
     f"({UTIL} - {UTIL}) / 0",  # NaN
+    f"avg by (namespace) ({UTIL})",  # folded in Prometheus' order
+    f"sum by (node) (rate({LAUNCHES}[5m]))",
 ]
 """Range answers whose values take every way a value's text is written
 (:func:`collector.web.promjson._texts`)."""
@@ -715,18 +718,62 @@ def test_range_answers_are_written_as_prometheus_writes_them(
     prometheus: tuple[str, list[MemoryStorage]],
 ) -> None:
     """Each point's time and value text in a range answer's body is the text Prometheus
-    2.42 writes for it (Go's ``FormatFloat(v, 'f', -1, 64)``), not only the same number."""
+    2.42 writes for it (``MarshalTimestamp``, ``MarshalValue``), not only the same number."""
     url, storages = prometheus
     start, end, step = RANGE
     for query in WRITTEN:
-        want = {
-            key(s["metric"]): s["values"]
-            for s in ask_prometheus(url, query, None)["data"]["result"]
-        }
+        params = {"start": str(start), "end": str(end), "step": str(step)}
+        want = by_series(as_written(raw_api(url, "query_range", query=query, **params)))
         assert want, query
         columns = prepare_range(query, start, end, step, storages[0]).columns()
-        got = {
-            key(s["metric"]): s["values"]
-            for s in json.loads(matrix_body(columns))["data"]["result"]
-        }
+        got = by_series(as_written(matrix_body(columns)))
         assert got == want, query
+
+
+WRITTEN_INSTANT = [
+    UTIL,  # a vector: each sample at the query's time
+    f"{USED} / 1e20",
+    f"{UTIL}[1m]",  # a matrix: each point at its own time
+    f"scalar(sum({UTIL}))",  # a scalar: Go's encoding/json writes its time
+    "time()",
+    '"text"',  # a string, likewise
+]
+"""Instant answers of every result type (:func:`collector.web.promjson.instant_body`)."""
+
+
+def test_instant_answers_are_written_as_prometheus_writes_them(
+    prometheus: tuple[str, list[MemoryStorage]],
+) -> None:
+    """An instant answer's times and values are Prometheus 2.42's text: a sample's time is
+    ``MarshalTimestamp``'s (``1700000607.500``), a scalar's Go's ``encoding/json``'s
+    (``1700000607.5``), on a second and off it."""
+    url, storages = prometheus
+    for query, at in itertools.product(WRITTEN_INSTANT, (BASE + SPAN, *INSTANT_TIMES[1:4])):
+        want = as_written(raw_api(url, "query", query=query, time=f"{at:.3f}"))
+        prepared = prepare_instant(query, at, storages[0])
+        got = as_written(instant_body(prepared.result_type, prepared.run(), at))
+        assert got["resultType"] == want["resultType"], query
+        if want["resultType"] in ("scalar", "string"):
+            assert got["result"] == want["result"], f"{query} at {at}"
+        else:
+            assert by_series(got) == by_series(want), f"{query} at {at}"
+            assert want["result"], f"{query} at {at}: compares nothing"
+
+
+def raw_api(url: str, path: str, **params: str) -> bytes:
+    """The body Prometheus' API answers a form with."""
+    body = urllib.parse.urlencode(params).encode()
+    request = urllib.request.Request(f"{url}/api/v1/{path}", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return bytes(resp.read())
+
+
+def as_written(body: bytes) -> dict[str, Any]:
+    """A successful answer's ``data`` with every number kept as the text it was written as."""
+    envelope: dict[str, Any] = json.loads(body, parse_float=str, parse_int=str)
+    assert envelope["status"] == "success", envelope
+    return dict(envelope["data"])
+
+
+def by_series(data: dict[str, Any]) -> dict[tuple[tuple[str, str], ...], Any]:
+    return {key(s["metric"]): s.get("value", s.get("values")) for s in data["result"]}
