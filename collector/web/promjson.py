@@ -9,14 +9,15 @@ once, each step's time once and each series' labels once, and a compiled loop
 its step's piece (``[<time>,"``) and its value's (``<value>"],``). For 200
 nodes' ``rate`` (360,000 points, 11 MB) placing the pieces took 34 ms as a
 take from an object array and a ``join``, 15 ms here (the whole body: 60 and
-35 ms). The bytes are the same JSON ``json.dumps`` writes for the same answer
-(the envelope of :mod:`collector.web.promapi`).
+35 ms). The bytes are those Prometheus 2.42 writes for the same answer: its
+times, values and label sets' text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import pairwise
-from json.encoder import encode_basestring_ascii
+from json.encoder import encode_basestring
 from operator import attrgetter
 from typing import cast
 
@@ -103,7 +104,10 @@ def instant_body(result_type: str, result: Vector | Scalar | String | Matrix, at
     else:
         (at_text,) = _timestamps([at_ms])
         samples = [
-            {"metric": s.labels, "value": [at_text, format_value(s.value)]}
+            {
+                "metric": orjson.Fragment(_metric(sorted(s.labels.items()))),
+                "value": [at_text, format_value(s.value)],
+            }
             for s in cast(Vector, result)
         ]
         data = {"resultType": "vector", "result": samples}
@@ -113,7 +117,10 @@ def instant_body(result_type: str, result: Vector | Scalar | String | Matrix, at
 def _range_series(matrix: Matrix) -> list[dict[str, object]]:
     times = iter(_timestamps([round(t * 1000) for s in matrix for t, _ in s.points]))
     return [
-        {"metric": s.labels, "values": [[next(times), format_value(v)] for _, v in s.points]}
+        {
+            "metric": orjson.Fragment(_metric(sorted(s.labels.items()))),
+            "values": [[next(times), format_value(v)] for _, v in s.points],
+        }
         for s in matrix
     ]
 
@@ -409,8 +416,44 @@ def _openings(answer: MatrixColumns) -> list[bytes]:
 
 
 def _opening(labels: Labels) -> bytes:
-    pairs = [encode_basestring_ascii(k) + ":" + encode_basestring_ascii(v) for k, v in labels]
-    return ('{"metric":{' + ",".join(pairs) + '},"values":[').encode()
+    return ('{"metric":' + _metric(labels) + ',"values":[').encode()
+
+
+def _metric(labels: Sequence[tuple[str, str]]) -> str:
+    """A label set as Prometheus 2.42 writes it (Go's ``encoding/json``): UTF-8 as it is,
+    ``"``, ``\\``, control characters, HTML's ``<``, ``>`` and ``&`` and the line
+    separators U+2028 and U+2029 escaped.
+
+    Python's C writer makes it, and only a set it writes otherwise (:data:`_NOT_GO`) is
+    written again character by character: 19,000 sets of seven pairs took 28 ms
+    through the C writer, 14 more to look for what Go writes otherwise, and 200 ms
+    through ``str.translate``.
+    """
+    text = "{" + ",".join([encode_basestring(k) + ":" + encode_basestring(v) for k, v in labels])
+    if not any(piece in text for piece in _NOT_GO):
+        return text + "}"
+    return "{" + ",".join([_go_string(k) + ":" + _go_string(v) for k, v in labels]) + "}"
+
+
+def _go_string(text: str) -> str:
+    return '"' + text.translate(_GO_ESCAPES) + '"'
+
+
+_GO_ESCAPES = {
+    **{c: f"\\u{c:04x}" for c in range(0x20)},
+    **{ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"},
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+}
+"""How Go's ``encoding/json`` writes each character it escapes."""
+_NOT_GO = ("<", ">", "&", "\u2028", "\u2029", "\\b", "\\f")
+"""What Python's writer leaves otherwise than Go's: HTML's characters and the line separators
+as they are, backspace and form feed as ``\\b`` and ``\\f`` (a ``\\\\`` before a ``b``
+matches too, and is written again the same). Looked for one by one: a regular expression
+took 2.4 us a set, more than writing it."""
 
 
 class _Seen:

@@ -760,6 +760,25 @@ def test_instant_answers_are_written_as_prometheus_writes_them(
             assert want["result"], f"{query} at {at}: compares nothing"
 
 
+ESCAPED = r'label_replace(vector(1), "x", "é<&>\u2028\u2029\t\n\b\f\x01\"\\b", "", "")'
+"""One series whose label value holds every character Go's JSON writer treats apart."""
+
+
+def test_label_sets_are_written_as_prometheus_writes_them(
+    prometheus: tuple[str, list[MemoryStorage]],
+) -> None:
+    """A label value's text is Go's ``encoding/json``'s (UTF-8 as it is; ``<``, ``>``, ``&``,
+    the line separators and control characters escaped, ``\b`` as ``\u0008``): the whole
+    body of an instant and of a range answer is byte for byte Prometheus'."""
+    url, storages = prometheus
+    at = BASE + 607.5
+    want = raw_api(url, "query", query=ESCAPED, time=f"{at:.3f}")
+    prepared = prepare_instant(ESCAPED, at, storages[0])
+    assert instant_body(prepared.result_type, prepared.run(), at) == want
+    want = raw_api(url, "query_range", query=ESCAPED, start=str(at), end=str(at + 2), step="1")
+    assert matrix_body(prepare_range(ESCAPED, at, at + 2, 1, storages[0]).columns()) == want
+
+
 def raw_api(url: str, path: str, **params: str) -> bytes:
     """The body Prometheus' API answers a form with."""
     body = urllib.parse.urlencode(params).encode()
