@@ -105,7 +105,7 @@ def instant_body(result_type: str, result: Vector | Scalar | String | Matrix, at
         (at_text,) = _timestamps([at_ms])
         samples = [
             {
-                "metric": orjson.Fragment(_metric(sorted(s.labels.items()))),
+                "metric": _labelled(s.labels),
                 "value": [at_text, format_value(s.value)],
             }
             for s in cast(Vector, result)
@@ -118,11 +118,15 @@ def _range_series(matrix: Matrix) -> list[dict[str, object]]:
     times = iter(_timestamps([round(t * 1000) for s in matrix for t, _ in s.points]))
     return [
         {
-            "metric": orjson.Fragment(_metric(sorted(s.labels.items()))),
+            "metric": _labelled(s.labels),
             "values": [[next(times), format_value(v)] for _, v in s.points],
         }
         for s in matrix
     ]
+
+
+def _labelled(labels: dict[str, str]) -> orjson.Fragment:
+    return orjson.Fragment(_metric(sorted(labels.items())))
 
 
 def _timestamps(at_ms: list[int]) -> list[orjson.Fragment]:
