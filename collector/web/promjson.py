@@ -93,12 +93,12 @@ def instant_body(result_type: str, result: Vector | Scalar | String | Matrix, at
     """
     at_ms = round(at * 1000)
     data: dict[str, object]
-    if isinstance(result, Scalar):
+    if isinstance(result, Scalar | String):
         at_text = orjson.Fragment(format_value(at_ms / 1000))
-        data = {"resultType": "scalar", "result": [at_text, format_float(result.value)]}
-    elif isinstance(result, String):
-        at_text = orjson.Fragment(format_value(at_ms / 1000))
-        data = {"resultType": "string", "result": [at_text, result.value]}
+        if isinstance(result, Scalar):
+            data = {"resultType": "scalar", "result": [at_text, format_float(result.value)]}
+        else:
+            data = {"resultType": "string", "result": [at_text, result.value]}
     elif result_type == "matrix":
         data = {"resultType": "matrix", "result": _range_series(cast(Matrix, result))}
     else:
