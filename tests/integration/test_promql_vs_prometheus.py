@@ -16,10 +16,12 @@ import json
 import math
 import random
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +30,14 @@ from test_promql import MemoryStorage
 
 from collector.promql.query import instant_query, prepare_instant, prepare_range, range_query
 from collector.promql.values import Element, QueryError, RangeSeries, Scalar, String
+from collector.remote.encode import (
+    HEADERS,
+    compress,
+    encode_labels,
+    samples,
+    series_head,
+    timestamp_tail,
+)
 from collector.web.promjson import instant_body, matrix_body
 
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
@@ -796,3 +806,33 @@ def as_written(body: bytes) -> dict[str, Any]:
 
 def by_series(data: dict[str, Any]) -> dict[tuple[tuple[str, str], ...], Any]:
     return {key(s["metric"]): s.get("value", s.get("values")) for s in data["result"]}
+
+
+def test_prometheus_visits_series_in_label_order_whatever_order_they_came_in(
+    tmp_path: Path,
+) -> None:
+    """The order our aggregations visit a selector's series in (label order: ``sum``'s
+    additions, ``topk``'s ties) is the real Prometheus' for series it took in the other
+    order too, from its in-memory head rather than the promtool blocks above: three
+    ratios added in label order give 0.6, in the order they came 0.6000000000000001."""
+    at = float(int(time.time()))
+    tail = timestamp_tail(round(at * 1000))
+    assert tail is not None
+    came = [("m", "c", 0.1), ("m", "b", 0.2), ("m", "a", 0.3)]
+    came += [("t", i, 1.0) for _, i, _ in came[:3]]
+    storage = MemoryStorage()
+    with real_prometheus(tmp_path, {}, args=["--web.enable-remote-write-receiver"]) as url:
+        for name, i, value in came:  # one request each, so each series is made in turn
+            labels = {"__name__": name, "i": i}
+            body = b"".join(samples([series_head(encode_labels(labels.items()))], [value], tail))
+            request = urllib.request.Request(
+                f"{url}/api/v1/write", data=compress(body), headers=HEADERS, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                assert resp.status == 204
+            storage.add(labels, [(at, value)])
+        for query in ("sum(m)", "topk(1, t)", "m"):
+            want = raw_api(url, "query", query=query, time=str(at))
+            prepared = prepare_instant(query, at, storage)
+            assert instant_body(prepared.result_type, prepared.run(), at) == want, query
+        assert b'"0.6"' in raw_api(url, "query", query="sum(m)", time=str(at))
