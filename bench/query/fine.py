@@ -40,6 +40,7 @@ from bench.kit.cluster import ROOT
 from bench.kit.processes import cpu_seconds, loopback_socket
 from bench.query.answers import agreement, from_json
 from bench.query.budget import Budget, summary
+from bench.query.dashboard import range_path
 from bench.query.fill import fill
 from bench.query.http import QUIET_CPU_S, time_ranges
 from bench.query.peer import Prometheus, remote_write
@@ -75,8 +76,13 @@ QUERIES: dict[str, tuple[str, float, float]] = {
 }
 """Name -> (query, seconds back from now, step)."""
 IN_PROCESS = Budget(60, 3.0, 10)
-FLOOR = "buildinfo"
-"""A request timed beside the queries on both peers: what answering alone costs, cold."""
+FLOORS: dict[str, str] = {
+    "buildinfo": "A request that does nothing but answer (`/api/v1/status/buildinfo`)",
+    "vector0": "The cheapest range query, nothing read (`vector(0)`, 300 s at step 1 s)",
+}
+"""Requests timed beside the queries on both peers, cold: what answering at all costs, and
+what a range query costs before it reads anything (a query over few series cannot cost
+either peer less)."""
 RETAKES = 2
 """Times an in-process run is taken again when the peer worked during it (see _through_engine)."""
 OVER_HTTP = Budget(25, 4.0, 8)
@@ -167,14 +173,19 @@ def one_size(
                 asyncio.run(in_process())
             malloc.queries_done()
             peer = (prometheus.base, prometheus.process.pid)
-            times, bodies = time_ranges(
-                app, sock, peer, windows, OVER_HTTP, folder, {FLOOR: "/status/buildinfo"}
-            )
+            floors = {
+                "buildinfo": "/status/buildinfo",
+                "vector0": range_path("", "vector(0)", now - 300, now, 1.0),
+            }
+            times, bodies = time_ranges(app, sock, peer, windows, OVER_HTTP, folder, floors)
         finally:
             prometheus.close()
-    out["floor"] = {
-        who: {k: v for k, v in times[f"{who}_{FLOOR}"].items() if k != "ms"}
-        for who in ("ours", "prometheus")
+    out["floors"] = {
+        name: {
+            who: {k: v for k, v in times[f"{who}_{name}"].items() if k != "ms"}
+            for who in ("ours", "prometheus")
+        }
+        for name in FLOORS
     }
     for name, (q, s, e, step) in windows.items():
         inproc, answer = ours[name]
@@ -244,12 +255,12 @@ def table(result: dict[str, Any]) -> str:
         f"{m['in_process_p50']:.2f}x (goal <= {GOAL_MEDIAN:g}x: "
         f"{'met' if max(m.values()) <= GOAL_MEDIAN else 'NO'})."
     )
-    floor = result["floor"]
-    lines.append(
-        "A request that does nothing but answer (`/api/v1/status/buildinfo`), HTTP p50 / p99: "
-        f"ours {floor['ours']['p50_ms']:.2f} / {floor['ours']['p99_ms']:.2f} ms, Prometheus' "
-        f"{floor['prometheus']['p50_ms']:.2f} / {floor['prometheus']['p99_ms']:.2f} ms."
-    )
+    for name, floor in result["floors"].items():
+        lines.append(
+            f"{FLOORS[name]}, HTTP p50 / p99: "
+            f"ours {floor['ours']['p50_ms']:.2f} / {floor['ours']['p99_ms']:.2f} ms, Prometheus' "
+            f"{floor['prometheus']['p50_ms']:.2f} / {floor['prometheus']['p99_ms']:.2f} ms."
+        )
     retaken = {
         row["query"]: row["in_process"]["retaken"]
         for row in result["queries"].values()
