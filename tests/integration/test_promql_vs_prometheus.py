@@ -713,6 +713,7 @@ WRITTEN = [
     f"{USED} / 1e20",  # under 1e-4: no exponent, every zero written
     f"{UTIL} * 1e-3",  # either side of 1e-4
     f"{USED} * 1e7",  # whole and past 2**53
+    f"{USED} * 1e13",  # from 1e21: an exponent again
     f"-{UTIL} * 3",
     f"{UTIL} * -0",  # -0
     f"{USED} / 0",  # +Inf
